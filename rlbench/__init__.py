@@ -1,0 +1,18 @@
+"""rlbench: a plugin-based benchmark harness for distributed reinforcement learning.
+
+Importing this package is cheap on purpose: it does not import torch, pyopencl or DPDK.
+Components are reached through the registry, which loads their factories lazily.
+"""
+
+__version__ = "0.1.0"
+
+from rlbench.errors import RlbenchError, UnknownComponentError, InvalidCombinationError
+
+__all__ = ["__version__", "RlbenchError", "UnknownComponentError", "InvalidCombinationError", "get_registry"]
+
+
+def get_registry(*, refresh: bool = False):
+    """The registry of every component from every enabled plugin (built-ins included)."""
+    from rlbench.plugins import get_registry as _get
+
+    return _get(refresh=refresh)

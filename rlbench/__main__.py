@@ -1,0 +1,3 @@
+from rlbench.cli import main
+
+main()

@@ -1,0 +1,31 @@
+"""Hyperparameters every replay-loop algorithm has: the runtime loop reads these, the algorithm
+file adds its own fields in a subclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ReplayLoopConfig:
+    total_steps: int = 50_000  # env steps (summed over actors and envs)
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    learning_starts: int = 1_000  # env steps before the first update (and the replay's minimum size)
+    train_every: int = 1  # env steps per learner update: samples-per-insert = batch_size / train_every
+    publish_every: int = 1  # learner updates between weight publications to actors (PEARL's k)
+    per_alpha: float = 0.6  # prioritized replay: priority exponent
+    per_beta_start: float = 0.4  # importance-sampling exponent, annealed linearly to per_beta_end
+    per_beta_end: float = 1.0
+    per_eps: float = 1e-6  # added to |TD error| so no priority is zero
+
+
+@dataclass
+class TabularConfig:
+    total_steps: int = 100_000  # online env steps
+    alpha: float = 0.1
+    gamma: float = 0.99
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_fraction: float = 0.5
+    epochs: int = 10  # offline: sweeps over the dataset

@@ -1,0 +1,161 @@
+"""DQN (Mnih et al. 2015) with double-DQN (van Hasselt et al. 2016) and prioritized-replay options.
+
+Written once against the protocols: the actor runs epsilon-greedy over the compute backend's
+inference engine (numpy on the CPU backend, so actors never import torch); the learner runs torch on
+`compute.torch_device()` and publishes the Q-network as [W0, b0, W1, b1, ...] with W of shape (in, out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlbench.algorithms.common import ReplayLoopConfig
+from rlbench.errors import RlbenchError
+from rlbench.protocols import EnvSpec, Sample
+
+
+@dataclass
+class DQNConfig(ReplayLoopConfig):
+    # Tuned for CartPole-v1: learns (greedy mean >= 195) in ~20k env steps on prioritized replay.
+    total_steps: int = 25_000
+    buffer_size: int = 50_000
+    batch_size: int = 64
+    learning_starts: int = 1_000
+    train_every: int = 1
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    learning_rate: float = 1e-3
+    gamma: float = 0.99
+    target_update_every: int = 250  # learner updates between target-network updates
+    tau: float = 1.0  # target <- tau * online + (1 - tau) * target at each target update
+    double_dqn: bool = True
+    loss: str = "huber"  # or "mse"
+    max_grad_norm: float = 10.0  # 0 disables gradient clipping
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_steps: int = 10_000  # env steps over which epsilon decays linearly
+
+
+def epsilon_at(config: DQNConfig, step: int) -> float:
+    fraction = min(1.0, step / max(1, config.exploration_steps))
+    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+
+
+def q_layer_sizes(spec: EnvSpec, config: DQNConfig) -> list[int]:
+    if spec.action_kind != "discrete" or spec.n_actions is None or len(spec.observation_shape) != 1:
+        raise RlbenchError(f"dqn needs discrete actions and flat observations; {spec.id} has "
+                           f"{spec.action_kind} actions and observations of shape {spec.observation_shape}")
+    return [spec.observation_shape[0], *config.hidden_sizes, spec.n_actions]
+
+
+class DQNActor:
+    """Epsilon-greedy over the Q-values the compute backend's inference engine returns."""
+
+    def __init__(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> None:
+        self.config = config
+        self.n_actions = int(spec.n_actions or 0)
+        self.q_values = compute.mlp_inference(q_layer_sizes(spec, config), hidden_activation="relu",
+                                              output_activation="identity")
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observations: np.ndarray, step: int) -> np.ndarray:
+        n = len(observations)
+        explore = self.rng.random(n) < epsilon_at(self.config, step)
+        random_actions = self.rng.integers(self.n_actions, size=n)
+        if explore.all():  # no need for the network's opinion
+            return random_actions
+        return np.where(explore, random_actions, self.greedy(observations))
+
+    def greedy(self, observations: np.ndarray) -> np.ndarray:
+        return np.argmax(self.q_values(observations), axis=1)
+
+    def load_weights(self, weights: Sequence[np.ndarray], version: int) -> None:
+        self.q_values.load(weights, version)
+
+
+class DQNLearner:
+    """TD learning of Q(s, a) with a target network; the loss is weighted by importance weights."""
+
+    def __init__(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> None:
+        import torch
+
+        from rlbench.algorithms.networks import mlp
+
+        if config.loss not in ("huber", "mse"):
+            raise RlbenchError(f"dqn loss must be 'huber' or 'mse', got {config.loss!r}")
+        self.config = config
+        self.device = compute.torch_device()
+        torch.manual_seed(seed)
+        sizes = q_layer_sizes(spec, config)
+        self.q_network = mlp(sizes, device=self.device)
+        self.target_network = mlp(sizes, device=self.device)
+        self.target_network.load_state_dict(self.q_network.state_dict())
+        self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=config.learning_rate)
+        self.updates = 0
+
+    def td_target(self, reward, next_obs, done):
+        """r + gamma * (1 - done) * Q_target(s', a*), a* from the online net when double-DQN."""
+        import torch
+
+        with torch.no_grad():
+            next_q_target = self.target_network(next_obs)
+            if self.config.double_dqn:
+                best = self.q_network(next_obs).argmax(dim=1, keepdim=True)
+            else:
+                best = next_q_target.argmax(dim=1, keepdim=True)
+            next_q = next_q_target.gather(1, best).squeeze(1)
+            return reward + self.config.gamma * (1.0 - done) * next_q
+
+    def update(self, sample: Sample) -> tuple[np.ndarray, dict[str, float]]:
+        import torch
+        from torch.nn import functional as F
+
+        from rlbench.algorithms.networks import as_tensor, soft_update
+
+        t, device, config = sample.transitions, self.device, self.config
+        obs, next_obs = as_tensor(t["obs"], device), as_tensor(t["next_obs"], device)
+        actions = as_tensor(t["action"], device, torch.int64).view(-1, 1)
+        target = self.td_target(as_tensor(t["reward"], device), next_obs, as_tensor(t["done"], device))
+        q = self.q_network(obs).gather(1, actions).squeeze(1)
+        if config.loss == "huber":
+            elementwise = F.smooth_l1_loss(q, target, reduction="none")
+        else:
+            elementwise = F.mse_loss(q, target, reduction="none")
+        loss = (as_tensor(sample.weights, device) * elementwise).mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.q_network.parameters(), config.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        if self.updates % config.target_update_every == 0:
+            soft_update(self.target_network, self.q_network, config.tau)
+
+        td_error = (target - q.detach()).abs()
+        priorities = td_error.to("cpu").numpy() + config.per_eps
+        return priorities, {"loss": float(loss.detach()), "q_mean": float(q.detach().mean())}
+
+    def weights(self) -> list[np.ndarray]:
+        from rlbench.algorithms.networks import export_weights
+
+        return export_weights(self.q_network)
+
+
+class DQN:
+    name = "dqn"
+    Config = DQNConfig
+
+    @property
+    def capabilities(self):
+        from rlbench.plugins import get_registry
+
+        return get_registry().get("algorithm", self.name).capabilities
+
+    def make_actor(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> DQNActor:
+        return DQNActor(spec, compute, config, seed)
+
+    def make_learner(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> DQNLearner:
+        return DQNLearner(spec, compute, config, seed)

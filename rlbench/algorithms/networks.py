@@ -1,0 +1,51 @@
+"""Torch MLPs for learners, and their export in the format actors' inference engines load.
+
+Learner-side only: importing this module imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+_ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity}
+
+
+def mlp(layer_sizes: Sequence[int], *, hidden_activation: str = "relu", output_activation: str = "identity",
+        device: torch.device | None = None) -> nn.Sequential:
+    """Linear layers with `hidden_activation` between them; torch's default initialisation."""
+    layers: list[nn.Module] = []
+    last = len(layer_sizes) - 2
+    for i, (n_in, n_out) in enumerate(zip(layer_sizes[:-1], layer_sizes[1:])):
+        layers.append(nn.Linear(n_in, n_out))
+        layers.append(_ACTIVATIONS[output_activation if i == last else hidden_activation]())
+    return nn.Sequential(*layers).to(device)
+
+
+def export_weights(network: nn.Module) -> list[np.ndarray]:
+    """[W0, b0, W1, b1, ...] as float32 numpy copies with W of shape (in, out): torch stores (out, in)."""
+    arrays: list[np.ndarray] = []
+    with torch.no_grad():
+        for layer in network.modules():
+            if isinstance(layer, nn.Linear):
+                arrays.append(layer.weight.detach().t().to("cpu", torch.float32).numpy().copy())
+                arrays.append(layer.bias.detach().to("cpu", torch.float32).numpy().copy())
+    return arrays
+
+
+def as_tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A sampled numpy batch on the learner's device (no copy on the CPU when the dtype matches)."""
+    return torch.as_tensor(array, dtype=dtype, device=device)
+
+
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """target <- tau * source + (1 - tau) * target (tau = 1 copies)."""
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters()):
+            if tau >= 1.0:
+                t.copy_(s)
+            else:
+                t.lerp_(s, tau)

@@ -1,0 +1,61 @@
+"""What every built-in transport shares: turning parts into byte views, limits, errors, counters."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rlbench.errors import RlbenchError
+
+
+class MessageTooLargeError(RlbenchError, ValueError):
+    """A message exceeds the transport's max_message_bytes."""
+
+
+class TransportClosedError(RlbenchError, ConnectionError):
+    """The other side closed (or crashed), or this side was closed."""
+
+
+class AddressError(RlbenchError, ValueError):
+    """An address string this transport cannot use."""
+
+
+def byte_views(parts: Iterable[Any]) -> tuple[list[memoryview], int]:
+    """Flat unsigned-byte views of each part (no copy when the part is contiguous) and their total size."""
+    views = []
+    total = 0
+    for part in parts:
+        view = part if isinstance(part, memoryview) else memoryview(part)
+        if view.format != "B" or view.ndim != 1:
+            # cast() needs C-contiguous memory; anything else is copied once, in C order.
+            view = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+        views.append(view)
+        total += view.nbytes
+    return views, total
+
+
+def check_size(total: int, limit: int, transport: str) -> None:
+    if total > limit:
+        raise MessageTooLargeError(
+            f"{transport}: message of {total} bytes exceeds max_message_bytes={limit}; split it or raise the limit")
+
+
+def split_address(address: str, scheme: str) -> str:
+    """The part after "<scheme>://", or a clear error naming the expected form."""
+    prefix = scheme + "://"
+    if not isinstance(address, str) or not address.startswith(prefix) or len(address) == len(prefix):
+        raise AddressError(f"{scheme} transport needs an address like '{prefix}...', got {address!r}")
+    return address[len(prefix):]
+
+
+def host_port(address: str, scheme: str) -> tuple[str, int]:
+    rest = split_address(address, scheme)
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise AddressError(f"{scheme} address must be '{scheme}://HOST:PORT', got {address!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def new_stats(**extra: int) -> dict[str, int]:
+    stats = {"messages_sent": 0, "messages_received": 0, "bytes_sent": 0, "bytes_received": 0, "lost": 0}
+    stats.update(extra)
+    return stats

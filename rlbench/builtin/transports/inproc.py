@@ -1,0 +1,173 @@
+"""In-process transport: queues between threads, zero-copy.
+
+A single-part message is handed over as a view of the sender's buffer (no copy), so the sender must
+not modify that buffer afterwards; a multi-part message is joined once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from typing import Any
+
+from rlbench.builtin.transports._framing import (
+    AddressError,
+    TransportClosedError,
+    byte_views,
+    check_size,
+    new_stats,
+    split_address,
+)
+from rlbench.protocols import TransportCapabilities
+
+_CLOSED = object()  # queued to wake and stop a receiver
+_listeners: dict[str, "InprocListener"] = {}
+_listeners_lock = threading.Lock()
+_auto_names = itertools.count()
+
+
+def _message(parts: tuple[Any, ...], limit: int) -> memoryview:
+    views, total = byte_views(parts)
+    check_size(total, limit, "inproc")
+    if len(views) == 1:
+        return views[0]
+    return memoryview(b"".join(views))
+
+
+def _get(inbox: "queue.SimpleQueue[Any]", timeout: float | None) -> Any:
+    try:
+        return inbox.get(timeout=timeout) if timeout is None or timeout > 0 else inbox.get_nowait()
+    except queue.Empty:
+        return None
+
+
+class InprocConnection:
+    def __init__(self, listener: "InprocListener", peer: int) -> None:
+        self._listener = listener
+        self._peer = peer
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = False
+        self._stats = new_stats()
+
+    def send(self, *parts: Any) -> None:
+        if self._closed or self._listener._closed:
+            raise TransportClosedError(f"inproc connection to {self._listener.address} is closed")
+        message = _message(parts, self._listener._limit)
+        self._stats["messages_sent"] += 1
+        self._stats["bytes_sent"] += message.nbytes
+        self._listener._inbox.put((self._peer, message))
+
+    def recv(self, timeout: float | None = None) -> memoryview | None:
+        if self._closed:
+            raise TransportClosedError("inproc connection is closed")
+        item = _get(self._inbox, timeout)
+        if item is _CLOSED:
+            self._inbox.put(_CLOSED)  # keep saying so on later calls
+            raise TransportClosedError(f"inproc listener {self._listener.address} closed")
+        if item is not None:
+            self._stats["messages_received"] += 1
+            self._stats["bytes_received"] += item.nbytes
+        return item
+
+    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
+        self.send(*parts)
+        reply = self.recv(timeout)
+        if reply is None:
+            raise TimeoutError(f"inproc: no reply from {self._listener.address} within {timeout} s")
+        return reply
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._listener._inbox.put((self._peer, _CLOSED))
+
+
+class InprocListener:
+    def __init__(self, address: str, limit: int) -> None:
+        self.address = address
+        self._limit = limit
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._connections: dict[int, InprocConnection] = {}
+        self._next_peer = itertools.count(1)
+        self._closed = False
+        self._stats = new_stats()
+
+    def _attach(self) -> InprocConnection:
+        connection = InprocConnection(self, next(self._next_peer))
+        self._connections[connection._peer] = connection
+        return connection
+
+    def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            item = _get(self._inbox, remaining)
+            if item is None:
+                return None
+            peer, message = item
+            if message is _CLOSED:
+                self._connections.pop(peer, None)
+                continue
+            self._stats["messages_received"] += 1
+            self._stats["bytes_received"] += message.nbytes
+            return peer, message
+
+    def send(self, peer: int, *parts: Any) -> None:
+        connection = self._connections.get(peer)
+        if connection is None or connection._closed:
+            raise TransportClosedError(f"inproc: peer {peer} is not connected to {self.address}")
+        message = _message(parts, self._limit)
+        self._stats["messages_sent"] += 1
+        self._stats["bytes_sent"] += message.nbytes
+        connection._inbox.put(message)
+
+    @property
+    def peers(self) -> list[int]:
+        return list(self._connections)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with _listeners_lock:
+            if _listeners.get(self.address) is self:
+                del _listeners[self.address]
+        for connection in self._connections.values():
+            connection._inbox.put(_CLOSED)
+
+
+class InprocTransport:
+    capabilities = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
+                                         crosses_processes=False, crosses_hosts=False, zero_copy=True)
+
+    def listen(self, address: str | None = None) -> InprocListener:
+        if address is None:
+            address = f"inproc://auto-{next(_auto_names)}"
+        split_address(address, "inproc")
+        with _listeners_lock:
+            if address in _listeners:
+                raise AddressError(f"inproc address {address!r} is already in use")
+            listener = _listeners[address] = InprocListener(address, self.capabilities.max_message_bytes)
+        return listener
+
+    def connect(self, address: str, timeout: float = 10.0) -> InprocConnection:
+        split_address(address, "inproc")
+        deadline = time.monotonic() + timeout
+        while True:  # the listener may be starting in another thread
+            with _listeners_lock:
+                listener = _listeners.get(address)
+            if listener is not None:
+                return listener._attach()
+            if time.monotonic() >= deadline:
+                raise TransportClosedError(f"inproc: nothing listens on {address!r} (within {timeout} s)")
+            time.sleep(0.001)

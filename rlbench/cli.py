@@ -1,0 +1,256 @@
+"""The `rlbench` command line. Every error a user can cause is one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from rlbench.errors import RlbenchError
+from rlbench.protocols import KINDS, PLACEMENTS
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+def _registry():
+    from rlbench.plugins import get_registry
+
+    return get_registry()
+
+
+def _emit_json(data: Any) -> None:
+    from rlbench.results import _clean
+
+    click.echo(json.dumps(_clean(data), indent=2))
+
+
+class _Root(click.Group):
+    """Builds `run` and plugin commands on first use, so `rlbench --help` sees them too."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        self.add_command(_run_command())
+        from rlbench.plugins import call_hook_safely
+
+        for plugin, outcome in call_hook_safely("rlbench_register_commands", cli=self):
+            if isinstance(outcome, dict) and "error" in outcome:
+                click.echo(f"warning: plugin {plugin!r} could not add its commands: {outcome['error']}", err=True)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands:
+            self._load()
+        return super().get_command(ctx, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        self._load()
+        name = args[0] if args else None
+        if name is not None and name not in self.commands and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, list(self.commands), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            ctx.fail(f"no such command {name!r}{hint}")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_Root, context_settings=CONTEXT)
+@click.version_option(package_name="rlbench")
+def cli() -> None:
+    """Benchmark distributed reinforcement learning with pluggable transports, replay memories,
+    compute backends and environments."""
+
+
+# ---------------------------------------------------------------------------------------------- list
+@cli.command("list")
+@click.option("--kind", type=click.Choice(KINDS), help="Only this kind of component.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def list_components(kind: str | None, as_json: bool) -> None:
+    """Every component: kind, name, plugin, available here, and why not."""
+    registry = _registry()
+    rows = []
+    for component in registry.components(kind):
+        probe = component.probe()
+        rows.append({"kind": component.kind, "name": component.name, "plugin": component.plugin,
+                     "available": probe.available, "reason": probe.reason, "description": component.description})
+    broken = [{"plugin": b.name, "error": b.error} for b in registry.broken]
+    if as_json:
+        _emit_json({"components": rows, "broken_plugins": broken})
+        return
+    widths = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("kind", "name", "plugin")}
+    click.echo(f"{'KIND':<{widths['kind']}}  {'NAME':<{widths['name']}}  {'PLUGIN':<{widths['plugin']}}  AVAILABLE  WHY NOT / WHAT")
+    for r in rows:
+        detail = r["reason"] if not r["available"] else r["description"]
+        click.echo(f"{r['kind']:<{widths['kind']}}  {r['name']:<{widths['name']}}  {r['plugin']:<{widths['plugin']}}  "
+                   f"{'yes' if r['available'] else 'no ':<9}  {detail}")
+    for b in broken:
+        click.echo(f"plugin {b['plugin']!r} failed to load and is unavailable: {b['error']}")
+
+
+# ---------------------------------------------------------------------------------------------- info
+@cli.command()
+def info() -> None:
+    """Machine fingerprint as JSON (CPU, cores, memory, versions, each plugin's own)."""
+    from rlbench.fingerprint import machine_fingerprint
+
+    _emit_json(machine_fingerprint())
+
+
+# ---------------------------------------------------------------------------------------------- show
+@cli.command()
+@click.argument("result_file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the whole document.")
+def show(result_file: str, as_json: bool) -> None:
+    """Print a result JSON readably."""
+    from rlbench.results import load, render
+
+    data = load(result_file)
+    if as_json:
+        _emit_json(data)
+    else:
+        data.setdefault("path", result_file)
+        click.echo(render(data))
+
+
+# ----------------------------------------------------------------------------------------------- run
+class _Progress:
+    """A one-line progress bar on stderr (only when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def __call__(self, step: int, total: int) -> None:
+        if not self.enabled:
+            return
+        fraction = min(1.0, step / max(1, total))
+        elapsed = time.perf_counter() - self.t0
+        bar = "#" * int(fraction * 30)
+        rate = step / elapsed if elapsed > 0 else 0.0
+        sys.stderr.write(f"\r[{bar:<30}] {fraction:5.1%}  {step:,}/{total:,} steps  {rate:,.0f}/s  {elapsed:5.1f}s ")
+        if fraction >= 1.0:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _parse_hyperparameters(values: tuple[str, ...]) -> dict[str, Any]:
+    from rlbench.config import parse_value
+
+    parsed = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--hp")
+        parsed[key.strip()] = parse_value(raw)
+    return parsed
+
+
+def _run_command() -> click.Command:
+    """`run`, with the options plugins contributed for their components."""
+    params = [
+        click.Option(["--algo"], default="dqn", show_default=True, help="Algorithm."),
+        click.Option(["--env"], default="CartPole-v1", show_default=True, help="Environment id."),
+        click.Option(["--replay"], default=None, help="Replay memory [default: prioritized for replay-based algorithms]."),
+        click.Option(["--compute"], default="cpu", show_default=True, help="Compute backend."),
+        click.Option(["--transport"], default="shm", show_default=True, help="Transport between roles (not for --placement local)."),
+        click.Option(["--placement"], type=click.Choice(PLACEMENTS), default="local", show_default=True,
+                     help="Where the replay memory lives."),
+        click.Option(["--actors"], type=int, default=1, show_default=True, help="Actor processes."),
+        click.Option(["--num-envs"], type=int, default=1, show_default=True, help="Environments per actor."),
+        click.Option(["--steps"], type=int, default=None, help="Env-step budget [default: the algorithm's]."),
+        click.Option(["--seconds"], type=float, default=None, help="Wall-clock budget."),
+        click.Option(["--seed"], type=int, default=0, show_default=True),
+        click.Option(["--dataset"], type=int, default=None, help="Learn offline from a dataset of N transitions (tabular)."),
+        click.Option(["--behaviour"], type=click.Choice(["random", "epsilon-greedy"]), default="random", show_default=True,
+                     help="Behaviour policy that collects the --dataset."),
+        click.Option(["--eval-episodes"], type=int, default=10, show_default=True, help="Greedy episodes after training."),
+        click.Option(["--hp"], multiple=True, metavar="KEY=VALUE", help="Override a hyperparameter (repeatable)."),
+        click.Option(["--out"], default="results", show_default=True, help="Directory (or .json path) for the result."),
+        click.Option(["--no-out"], is_flag=True, help="Do not write a result file."),
+        click.Option(["--json"], "as_json", is_flag=True, help="Print the result document as JSON."),
+    ]
+    plugin_options = {}
+    for option in _registry().run_options:
+        name = "plugin_" + option.flag.lstrip("-").replace("-", "_")
+        plugin_options[name] = option
+        kind = click.Choice(option.choices) if option.choices else option.type
+        params.append(click.Option([option.flag, name], type=kind, default=None,
+                                   help=f"{option.help} [{option.kind} {option.component}, plugin {option.plugin}"
+                                        + (f"; default: {option.default}" if option.default is not None else "") + "]"))
+
+    def callback(**kw: Any) -> None:
+        from rlbench.config import RunConfig
+        from rlbench.results import render
+        from rlbench.runner import run
+
+        options: dict[str, dict[str, Any]] = {}
+        for name, option in plugin_options.items():
+            value = kw.pop(name)
+            if value is not None:
+                options.setdefault(option.kind, {})[option.param] = value
+        config = RunConfig(algo=kw["algo"], env=kw["env"], replay=kw["replay"], compute=kw["compute"],
+                           transport=kw["transport"], placement=kw["placement"], actors=kw["actors"],
+                           num_envs=kw["num_envs"], steps=kw["steps"], seconds=kw["seconds"], seed=kw["seed"],
+                           dataset=kw["dataset"], behaviour=kw["behaviour"], eval_episodes=kw["eval_episodes"],
+                           hyperparameters=_parse_hyperparameters(kw["hp"]), options=options,
+                           out=None if kw["no_out"] else kw["out"])
+        result = run(config, progress=_Progress())
+        if kw["as_json"]:
+            _emit_json(result)
+        else:
+            click.echo(render(result))
+        if result["status"] != "complete":
+            sys.exit(130)
+
+    return click.Command("run", params=params, callback=callback, context_settings=CONTEXT,
+                         help="Train one configuration and record it. Ctrl-C stops cleanly and still writes "
+                              "the result, marked incomplete.")
+
+
+
+
+# --------------------------------------------------------------------------------------------- bench
+@cli.group()
+def bench() -> None:
+    """Micro-benchmarks, each printing peers side by side in one run."""
+
+
+def _attach_bench_commands() -> None:
+    import importlib
+
+    for module, attr in (("rlbench.bench.transport", "command"), ("rlbench.bench.replay", "command"),
+                         ("rlbench.bench.compute", "command"), ("rlbench.bench.algo", "command")):
+        try:
+            bench.add_command(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError):
+            continue  # that benchmark is not part of this checkout
+
+
+_attach_bench_commands()
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False, prog_name="rlbench")
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except RlbenchError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,130 @@
+"""Offline experience datasets for tabular learning (SwiftRL's workloads).
+
+A dataset is collected once from a toy-text environment by a behaviour policy, saved as .npz with
+its metadata, and reloaded by key, so a run can be repeated on exactly the same data.
+
+Arrays (one row per transition, in collection order):
+  obs, next_obs      int32   state ids
+  action             int32
+  next_action        int32   the behaviour's action at next_obs (SARSA's a'); at an episode end
+                             it is what the behaviour would have taken there
+  reward             float32
+  done               uint8   1 where next_obs is terminal (no bootstrap); truncation is not done
+Behaviours: "random" (uniform actions) and "epsilon-greedy" (epsilon-greedy over a Q-table the
+collector learns online with Q-learning while it collects, i.e. a learning agent's replay).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FIELDS = ("obs", "action", "reward", "next_obs", "next_action", "done")
+BEHAVIOURS = ("random", "epsilon-greedy")
+
+
+@dataclass
+class Dataset:
+    env_id: str
+    behaviour: str
+    seed: int
+    arrays: dict[str, np.ndarray]
+    n_states: int
+    n_actions: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.arrays["obs"].shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = {"env_id": self.env_id, "behaviour": self.behaviour, "seed": self.seed,
+                  "n_states": self.n_states, "n_actions": self.n_actions, "meta": self.meta}
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **self.arrays)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Dataset":
+        with np.load(path) as data:
+            header = json.loads(bytes(data["header"]).decode())
+            arrays = {name: data[name] for name in FIELDS}
+        return cls(header["env_id"], header["behaviour"], header["seed"], arrays, header["n_states"],
+                   header["n_actions"], header.get("meta", {}))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench")) / "datasets"
+
+
+def cache_path(env_id: str, size: int, behaviour: str, seed: int) -> Path:
+    return cache_dir() / f"{env_id}-{size}-{behaviour}-seed{seed}.npz"
+
+
+def get(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0, cache: bool = True) -> Dataset:
+    """Load the dataset for this key from the cache, or collect and save it."""
+    path = cache_path(env_id, size, behaviour, seed)
+    if cache and path.exists():
+        return Dataset.load(path)
+    dataset = collect(env_id, size, behaviour=behaviour, seed=seed)
+    if cache:
+        dataset.save(path)
+    return dataset
+
+
+def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0, epsilon: float = 0.2,
+            alpha: float = 0.1, gamma: float = 0.99) -> Dataset:
+    """Run the behaviour policy in the real gymnasium environment for `size` transitions."""
+    if behaviour not in BEHAVIOURS:
+        raise ValueError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
+    if size < 1:
+        raise ValueError("dataset size must be >= 1")
+    from rlbench.builtin.envs import GymnasiumEnv
+
+    env = GymnasiumEnv(env_id, num_envs=1, seed=seed)
+    spec = env.spec
+    if spec.n_states is None or spec.n_actions is None:
+        raise ValueError(f"{env_id} is not a tabular (discrete observation and action) environment")
+    raw = env.envs[0]
+    rng = np.random.default_rng(seed)
+    q = np.zeros((spec.n_states, spec.n_actions)) if behaviour == "epsilon-greedy" else None
+
+    def choose(state: int) -> int:
+        if q is None or rng.random() < epsilon:
+            return int(rng.integers(spec.n_actions))
+        row = q[state]
+        return int(rng.choice(np.flatnonzero(row == row.max())))  # random tie-break
+
+    arrays = {name: np.empty(size, dtype=np.float32 if name == "reward" else np.uint8 if name == "done" else np.int32)
+              for name in FIELDS}
+    state, _ = raw.reset(seed=seed)
+    action = choose(state)
+    episodes = 0
+    for t in range(size):
+        next_state, reward, terminated, truncated, _ = raw.step(action)
+        next_action = choose(next_state)
+        arrays["obs"][t], arrays["action"][t], arrays["reward"][t] = state, action, reward
+        arrays["next_obs"][t], arrays["next_action"][t], arrays["done"][t] = next_state, next_action, terminated
+        if q is not None:
+            target = reward + (0.0 if terminated else gamma * q[next_state].max())
+            q[state, action] += alpha * (target - q[state, action])
+        if terminated or truncated:
+            episodes += 1
+            state, _ = raw.reset()
+            action = choose(state)
+        else:
+            state, action = next_state, next_action
+    env.close()
+    meta = {"episodes": episodes, "note": spec.note, "epsilon": epsilon if q is not None else None}
+    return Dataset(spec.id, behaviour, seed, arrays, spec.n_states, spec.n_actions, meta)

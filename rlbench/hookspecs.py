@@ -1,0 +1,113 @@
+"""Hook specifications for rlbench plugins (pluggy project "rlbench", entry-point group "rlbench").
+
+A plugin is a module (or object) with functions marked ``@rlbench.hookimpl`` and named as below,
+exposed through an entry point in the "rlbench" group::
+
+    [project.entry-points.rlbench]
+    dpdk = "rlbench_dpdk.plugin"
+
+Register hooks receive a ``register`` callback; plugins never touch the registry. Factories and
+probes may be callables or lazy ``"module:attr"`` strings; a plugin module itself must be cheap to
+import (no torch, pyopencl or DPDK at import time), because ``rlbench list`` imports every plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rlbench")
+hookimpl = pluggy.HookimplMarker("rlbench")
+
+
+@hookspec
+def rlbench_register_transports(register: Any) -> None:
+    """Register message transports.
+
+    :param register: ``register(name, factory, *, capabilities, probe=None, description="")``.
+        ``factory(**options)`` returns an object satisfying :class:`rlbench.protocols.Transport`;
+        ``capabilities`` is a :class:`rlbench.protocols.TransportCapabilities`; ``probe()`` returns a
+        :class:`rlbench.protocols.Probe` saying whether the transport can run here and, if not, why.
+    """
+
+
+@hookspec
+def rlbench_register_replay_memories(register: Any) -> None:
+    """Register replay memories.
+
+    :param register: as for transports; ``factory(capacity, *, alpha, seed, **options)`` returns a
+        :class:`rlbench.protocols.ReplayMemory`; capabilities: :class:`ReplayCapabilities`.
+    """
+
+
+@hookspec
+def rlbench_register_compute_backends(register: Any) -> None:
+    """Register compute backends (where actor inference, learner updates and tabular updates run).
+
+    :param register: as for transports; ``factory(**options)`` returns a
+        :class:`rlbench.protocols.ComputeBackend`; capabilities: :class:`ComputeCapabilities`, whose
+        ``roles`` name the ``"<algorithm>:<role>"`` pairs it runs.
+    """
+
+
+@hookspec
+def rlbench_register_environments(register: Any) -> None:
+    """Register environments.
+
+    :param register: as for transports; ``factory(num_envs, *, seed, **options)`` returns a
+        :class:`rlbench.protocols.Environment`; capabilities: :class:`EnvironmentCapabilities`.
+    """
+
+
+@hookspec
+def rlbench_register_algorithms(register: Any) -> None:
+    """Register algorithms.
+
+    :param register: as for transports; ``factory()`` returns a :class:`rlbench.protocols.Algorithm`;
+        capabilities: :class:`AlgorithmCapabilities` (action/observation spaces, which runtime loop).
+    """
+
+
+@hookspec
+def rlbench_register_run_options(option: Any) -> None:
+    """Add command-line options to ``rlbench run`` for one of the plugin's components.
+
+    :param option: ``option(kind, component, flag, param, *, type=str, default=None, help="",
+        choices=())``. When the user selects that component, the option's value reaches its factory
+        as keyword ``param``; setting the option while another component is selected is refused.
+    """
+
+
+@hookspec
+def rlbench_register_commands(cli: Any) -> None:
+    """Add CLI commands.
+
+    :param cli: the root ``click.Group``; add commands or groups to it (e.g. ``rlbench dpdk doctor``),
+        or to its ``bench`` group (``cli.commands["bench"]``).
+    """
+
+
+@hookspec
+def rlbench_fingerprint() -> dict[str, Any] | None:
+    """Describe what this plugin sees on the machine, for ``rlbench info`` and every result.
+
+    :return: a JSON-serialisable dict (versions, devices, ports...), or None. Keep it cheap.
+    """
+
+
+@hookspec
+def rlbench_run_configured(config: Any) -> None:
+    """Called once a run's configuration is resolved and validated, before any component starts.
+
+    :param config: the :class:`rlbench.config.RunConfig` about to run (read it, do not change it).
+    """
+
+
+@hookspec
+def rlbench_run_finished(result: dict[str, Any], path: str | None) -> None:
+    """Called after a run ended (completed or not) with its result, e.g. to export it elsewhere.
+
+    :param result: the result document (schema ``rlbench.result/1``).
+    :param path: where it was written, or None when it was not written to a file.
+    """

@@ -1,0 +1,181 @@
+"""Measurement primitives: an HDR-style latency histogram and a named set of them.
+
+The histogram is log-linear (HdrHistogram's layout): values below 2**SUB_BITS are exact, above that
+each power-of-two range is split into 2**(SUB_BITS-1) equal buckets, so any recorded value is known
+to within 1/2**(SUB_BITS-1) (~1.6 % with SUB_BITS=7). Memory is fixed, merging is adding counts,
+and recording costs a few integer operations — no list of samples is ever kept.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+SUB_BITS = 7
+SUB_COUNT = 1 << SUB_BITS  # 128
+HALF = SUB_COUNT >> 1  # 64
+MAX_EXPONENT = 40  # values up to ~2**47 ns (~39 hours)
+N_BUCKETS = SUB_COUNT + MAX_EXPONENT * HALF
+
+
+def bucket_index(value: int) -> int:
+    if value < SUB_COUNT:
+        return value if value > 0 else 0
+    shift = value.bit_length() - SUB_BITS
+    if shift > MAX_EXPONENT:
+        return N_BUCKETS - 1
+    return SUB_COUNT + (shift - 1) * HALF + ((value >> shift) - HALF)
+
+
+def bucket_bounds(index: int) -> tuple[int, int]:
+    """Inclusive lower and exclusive upper value of a bucket."""
+    if index < SUB_COUNT:
+        return index, index + 1
+    shift = (index - SUB_COUNT) // HALF + 1
+    sub = (index - SUB_COUNT) % HALF + HALF
+    return sub << shift, (sub + 1) << shift
+
+
+class Histogram:
+    """Latency histogram in integer nanoseconds (any unit works; the summary says us)."""
+
+    __slots__ = ("counts", "count", "total", "min", "max")
+
+    def __init__(self) -> None:
+        self.counts = [0] * N_BUCKETS
+        self.count = 0
+        self.total = 0
+        self.min = 0
+        self.max = 0
+
+    def record(self, value_ns: int) -> None:
+        value_ns = int(value_ns)
+        if value_ns < 0:
+            value_ns = 0
+        self.counts[bucket_index(value_ns)] += 1
+        if self.count == 0 or value_ns < self.min:
+            self.min = value_ns
+        if value_ns > self.max:
+            self.max = value_ns
+        self.count += 1
+        self.total += value_ns
+
+    def record_many(self, values_ns: Any) -> None:
+        """Record an array of values at once (numpy, vectorised)."""
+        import numpy as np
+
+        values = np.asarray(values_ns, dtype=np.int64).ravel()
+        if values.size == 0:
+            return
+        values = np.maximum(values, 0)
+        small = values < SUB_COUNT
+        indices = np.empty(values.size, dtype=np.int64)
+        indices[small] = values[small]
+        big = values[~small]
+        if big.size:
+            # frexp's exponent is the bit length (exact for values below 2**53 ns).
+            shift = np.minimum(np.frexp(big.astype(np.float64))[1].astype(np.int64) - SUB_BITS, MAX_EXPONENT)
+            indices[~small] = np.minimum(SUB_COUNT + (shift - 1) * HALF + ((big >> shift) - HALF), N_BUCKETS - 1)
+        binned = np.bincount(indices, minlength=N_BUCKETS)
+        for index in np.flatnonzero(binned):
+            self.counts[int(index)] += int(binned[index])
+        vmin, vmax = int(values.min()), int(values.max())
+        if self.count == 0 or vmin < self.min:
+            self.min = vmin
+        self.max = max(self.max, vmax)
+        self.count += int(values.size)
+        self.total += int(values.sum())
+
+    def merge(self, other: "Histogram") -> None:
+        if other.count == 0:
+            return
+        for i, c in enumerate(other.counts):
+            if c:
+                self.counts[i] += c
+        self.min = other.min if self.count == 0 else min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.count += other.count
+        self.total += other.total
+
+    def percentile(self, q: float) -> float:
+        """Value (ns) at percentile q in [0, 100]: the midpoint of the bucket holding that rank,
+        clamped to the observed min/max."""
+        if self.count == 0:
+            return float("nan")
+        rank = max(1, int(round(q / 100.0 * self.count + 0.4999999)))
+        seen = 0
+        for index, c in enumerate(self.counts):
+            if c:
+                seen += c
+                if seen >= rank:
+                    lo, hi = bucket_bounds(index)
+                    mid = lo if hi - lo == 1 else (lo + hi - 1) / 2.0
+                    return float(min(max(mid, self.min), self.max))
+        return float(self.max)
+
+    def summary(self) -> dict[str, Any]:
+        """Percentiles in microseconds, as results and benchmarks print them."""
+        if self.count == 0:
+            return {"count": 0}
+        us = 1e-3
+        return {
+            "count": self.count,
+            "unit": "us",
+            "mean": self.total / self.count * us,
+            "min": self.min * us,
+            "p50": self.percentile(50) * us,
+            "p90": self.percentile(90) * us,
+            "p99": self.percentile(99) * us,
+            "max": self.max * us,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Lossless, sparse form (for merging histograms from several processes)."""
+        return {"sub_bits": SUB_BITS, "count": self.count, "total": self.total, "min": self.min, "max": self.max,
+                "buckets": {str(i): c for i, c in enumerate(self.counts) if c}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Histogram":
+        if data.get("sub_bits", SUB_BITS) != SUB_BITS:
+            raise ValueError("histogram was recorded with a different bucket layout")
+        h = cls()
+        for i, c in data.get("buckets", {}).items():
+            h.counts[int(i)] = int(c)
+        h.count, h.total, h.min, h.max = data["count"], data["total"], data["min"], data["max"]
+        return h
+
+
+class Recorder:
+    """Named latency histograms and counters of one role. Cheap enough for per-step use."""
+
+    def __init__(self) -> None:
+        self.histograms: dict[str, Histogram] = {}
+        self.counters: dict[str, int] = {}
+
+    def histogram(self, name: str) -> Histogram:
+        h = self.histograms.get(name)
+        if h is None:
+            h = self.histograms[name] = Histogram()
+        return h
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    @contextmanager
+    def time(self, name: str) -> Iterator[None]:
+        h = self.histogram(name)
+        t0 = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            h.record(time.perf_counter_ns() - t0)
+
+    def merge(self, other: "Recorder") -> None:
+        for name, h in other.histograms.items():
+            self.histogram(name).merge(h)
+        for name, n in other.counters.items():
+            self.count(name, n)
+
+    def latency_summary(self) -> dict[str, Any]:
+        return {name: h.summary() for name, h in sorted(self.histograms.items()) if h.count}

@@ -1,0 +1,340 @@
+"""The contracts every component satisfies, whoever ships it.
+
+Capabilities are plain frozen dataclasses declared at registration time, so the validator and
+`rlbench list` can reason about a component without importing it (and so without torch, pyopencl
+or DPDK). Behaviour is described with `typing.Protocol`; `rlbench.testing` checks it for real.
+
+This module must stay import-light: no numpy, no torch at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+KINDS = ("transport", "replay", "compute", "environment", "algorithm")
+PLACEMENTS = ("local", "server", "in-network")
+
+
+# --------------------------------------------------------------------------------------------
+# Probes
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Probe:
+    """Whether a component can run here, and if not, one line a user can act on."""
+
+    available: bool
+    reason: str = ""
+
+    @classmethod
+    def ok(cls, detail: str = "") -> "Probe":
+        return cls(True, detail)
+
+    @classmethod
+    def missing(cls, reason: str) -> "Probe":
+        return cls(False, reason)
+
+
+def probe_modules(*modules: str, hint: str = "") -> Probe:
+    """Available when every module can be found, without importing it (find_spec is cheap)."""
+    import importlib.util
+
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return Probe.missing(f"python module {module!r} not installed" + (f": {hint}" if hint else ""))
+    return Probe.ok()
+
+
+# --------------------------------------------------------------------------------------------
+# Capabilities, one dataclass per kind
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TransportCapabilities:
+    max_message_bytes: int
+    reliable: bool  # every message arrives, or the loss is detected and counted in stats["lost"]
+    ordered: bool
+    crosses_processes: bool
+    crosses_hosts: bool
+    zero_copy: bool = False  # receive hands out views of the medium's memory
+
+
+@dataclass(frozen=True)
+class ReplayCapabilities:
+    prioritized: bool
+    max_item_bytes: int | None = None  # None: no limit beyond memory
+    dtypes: tuple[str, ...] = ("float32", "float64", "int64", "int32", "uint8", "bool")
+    device: str = "host"  # where the storage lives
+
+
+# Role names for compute backends: "<algorithm>:<role>", role one of actor, learner, tabular.
+@dataclass(frozen=True)
+class ComputeCapabilities:
+    roles: frozenset[str]
+    device: str = "cpu"
+    does_not: str = ""  # said plainly: what this backend cannot do
+
+    def supports(self, algorithm: str, role: str) -> bool:
+        return f"{algorithm}:{role}" in self.roles or f"*:{role}" in self.roles
+
+
+SpaceKind = Literal["discrete", "continuous"]
+
+
+@dataclass(frozen=True)
+class EnvironmentCapabilities:
+    action_space: SpaceKind
+    observation_space: SpaceKind
+    max_episode_steps: int | None = None
+    reward_threshold: float | None = None  # "solved" threshold, for time-to-threshold metrics
+    device: str = "cpu"  # where the batched state lives
+    aliases_to: str | None = None  # registered under an old id, runs the installed one
+
+
+@dataclass(frozen=True)
+class AlgorithmCapabilities:
+    action_space: SpaceKind
+    observation_space: SpaceKind | Literal["any"]
+    loop: Literal["replay", "tabular"]  # which runtime loop drives its actor and learner
+    prioritized_replay: bool = False  # can use importance weights and return priorities
+    offline: bool = False  # can learn from a collected dataset (--dataset N)
+    roles: tuple[str, ...] = ("actor", "learner")
+    placements: tuple[str, ...] = PLACEMENTS
+
+
+# --------------------------------------------------------------------------------------------
+# Behaviour
+# --------------------------------------------------------------------------------------------
+Buffer = Any  # anything supporting the buffer protocol: bytes, bytearray, memoryview, numpy array
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """One side of a bidirectional, message-oriented link.
+
+    A message is the concatenation of the parts given to `send`; it arrives whole or not at all.
+    `recv` returns a memoryview valid until the next `recv` on the same connection.
+    """
+
+    def send(self, *parts: Buffer) -> None: ...
+
+    def recv(self, timeout: float | None = None) -> memoryview | None: ...
+
+    def request(self, *parts: Buffer, timeout: float | None = None) -> memoryview:
+        """send + wait for the reply in one call (one crossing into a native transport)."""
+        ...
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: messages_sent, messages_received, bytes_sent, bytes_received, lost, ..."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Listener(Protocol):
+    """The serving side: many peers connect to one address; replies go to a peer by its id."""
+
+    address: str
+
+    def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None: ...
+
+    def send(self, peer: int, *parts: Buffer) -> None: ...
+
+    @property
+    def peers(self) -> Sequence[int]: ...
+
+    @property
+    def stats(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    capabilities: TransportCapabilities
+
+    def listen(self, address: str | None = None) -> Listener: ...
+
+    def connect(self, address: str, timeout: float = 10.0) -> Connection: ...
+
+
+@dataclass
+class Sample:
+    indices: "np.ndarray"  # int64, positions in the memory, to pass back to update_priorities
+    transitions: dict[str, "np.ndarray"]
+    weights: "np.ndarray"  # float32 importance weights, max-normalised; ones when uniform
+
+
+@runtime_checkable
+class ReplayMemory(Protocol):
+    capabilities: ReplayCapabilities
+    capacity: int
+
+    def __len__(self) -> int: ...
+
+    def add(self, transitions: Mapping[str, "np.ndarray"], priorities: "np.ndarray | None" = None) -> "np.ndarray":
+        """Store a batch (leading axis = items); new items get `priorities` or the max seen so far.
+        Returns the indices written. Overwrites the oldest items when full (FIFO)."""
+        ...
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> Sample: ...
+
+    def update_priorities(self, indices: "np.ndarray", priorities: "np.ndarray") -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """Batched forward pass of an MLP from published weights (an actor's policy)."""
+
+    def load(self, weights: Sequence["np.ndarray"], version: int) -> None:
+        """weights: [W0, b0, W1, b1, ...] with W of shape (in, out)."""
+        ...
+
+    @property
+    def version(self) -> int: ...
+
+    def __call__(self, observations: "np.ndarray") -> "np.ndarray": ...
+
+
+@runtime_checkable
+class TabularEngine(Protocol):
+    """A Q-table and the exact, in-order tabular TD update over batches of transitions."""
+
+    q: "np.ndarray"  # (n_states, n_actions) float64 view of the current table
+
+    def update(self, batch: Mapping[str, "np.ndarray"], *, rule: str, alpha: float, gamma: float) -> None:
+        """rule 'qlearning' or 'sarsa' (sarsa reads batch['next_action']). Order within the batch is kept."""
+        ...
+
+    def fit_offline(self, dataset: Mapping[str, "np.ndarray"], *, rule: str, alpha: float, gamma: float,
+                    epochs: int) -> dict[str, Any]:
+        """Learn from a whole dataset (SwiftRL); returns what it measured/modelled (labelled)."""
+        ...
+
+
+@runtime_checkable
+class ComputeBackend(Protocol):
+    capabilities: ComputeCapabilities
+
+    def torch_device(self) -> Any:
+        """The torch.device learners of deep algorithms put their networks on."""
+        ...
+
+    def mlp_inference(self, layer_sizes: Sequence[int], *, hidden_activation: str = "relu",
+                      output_activation: str = "identity") -> InferenceEngine: ...
+
+    def tabular(self, n_states: int, n_actions: int) -> TabularEngine: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    id: str
+    num_envs: int
+    observation_shape: tuple[int, ...]
+    observation_dtype: str
+    action_kind: SpaceKind
+    n_actions: int | None = None  # discrete
+    action_shape: tuple[int, ...] = ()
+    action_low: tuple[float, ...] | None = None  # continuous
+    action_high: tuple[float, ...] | None = None
+    n_states: int | None = None  # discrete observations
+    max_episode_steps: int | None = None
+    reward_threshold: float | None = None
+    note: str = ""  # e.g. which installed id an old id was mapped to
+
+
+@dataclass
+class StepResult:
+    observations: "np.ndarray"  # after auto-reset, ready for the next action
+    rewards: "np.ndarray"
+    terminated: "np.ndarray"
+    truncated: "np.ndarray"
+    final_observations: "np.ndarray"  # the true next observation (differs where an episode ended)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A batch of `num_envs` environments with same-step auto-reset."""
+
+    spec: EnvSpec
+
+    def reset(self, seed: int | None = None) -> "np.ndarray": ...
+
+    def step(self, actions: "np.ndarray") -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Actor(Protocol):
+    def act(self, observations: "np.ndarray", step: int) -> "np.ndarray":
+        """Actions for a batch of observations; `step` is the global env step (for schedules)."""
+        ...
+
+    def greedy(self, observations: "np.ndarray") -> "np.ndarray": ...
+
+    def load_weights(self, weights: Sequence["np.ndarray"], version: int) -> None: ...
+
+
+@runtime_checkable
+class Learner(Protocol):
+    updates: int
+
+    def update(self, sample: Sample) -> tuple["np.ndarray", dict[str, float]]:
+        """One learning step on a sampled batch; returns new priorities (|TD error|) and metrics."""
+        ...
+
+    def weights(self) -> list["np.ndarray"]:
+        """The actor-side policy weights, as published to actors: [W0, b0, ...], W (in, out)."""
+        ...
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    name: str
+    Config: type  # dataclass of hyperparameters, every field with a default
+    capabilities: AlgorithmCapabilities
+
+    def make_actor(self, spec: EnvSpec, compute: ComputeBackend, config: Any, seed: int) -> Actor: ...
+
+    def make_learner(self, spec: EnvSpec, compute: ComputeBackend, config: Any, seed: int) -> Learner: ...
+
+
+Factory = Callable[..., Any] | str
+ProbeFn = Callable[[], Probe] | str
+Capabilities = TransportCapabilities | ReplayCapabilities | ComputeCapabilities | EnvironmentCapabilities | AlgorithmCapabilities
+
+CAPABILITY_TYPES: dict[str, type] = {
+    "transport": TransportCapabilities,
+    "replay": ReplayCapabilities,
+    "compute": ComputeCapabilities,
+    "environment": EnvironmentCapabilities,
+    "algorithm": AlgorithmCapabilities,
+}
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """A command-line option of `rlbench run` contributed by a plugin for one of its components."""
+
+    kind: str
+    component: str
+    flag: str  # e.g. "--dpus"
+    param: str  # keyword passed to the component's factory
+    type: Any = str
+    default: Any = None
+    help: str = ""
+    plugin: str = ""
+    choices: tuple[str, ...] = field(default=())

@@ -1,0 +1,180 @@
+"""Run one configuration end to end: validate, build, train, evaluate, measure, write the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+import rlbench
+from rlbench.config import RunConfig, apply_overrides
+from rlbench.energy import RaplMeter
+from rlbench.errors import RlbenchError
+from rlbench.fingerprint import machine_fingerprint
+from rlbench.plugins import call_hook_safely, get_registry
+from rlbench.registry import Registry
+from rlbench.results import SCHEMA, write
+from rlbench.runtime.context import Budget, LoopStats, RunContext
+from rlbench.validate import Plan, validate
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
+
+
+@contextmanager
+def _first_ctrl_c_stops(budget: Budget) -> Iterator[None]:
+    """The first Ctrl-C asks the loop to stop at its next step; a second one interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if budget.interrupted:
+            raise KeyboardInterrupt
+        budget.interrupted = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[str, Any]:
+    """Greedy episodes on a fresh environment. Success (toy text) = the episode terminated on a
+    positive reward, i.e. the goal was reached."""
+    env = plan.environment.create(num_envs=1, seed=config.seed + EVAL_SEED_OFFSET,
+                                  **plan.options.get("environment", {}))
+    tabular = env.spec.n_states is not None
+    returns, successes = [], 0
+    try:
+        obs = env.reset(seed=config.seed + EVAL_SEED_OFFSET)
+        total = 0.0
+        while len(returns) < episodes:
+            result = env.step(actor.greedy(obs))
+            total += float(result.rewards[0])
+            if result.terminated[0] or result.truncated[0]:
+                returns.append(total)
+                successes += bool(result.terminated[0] and result.rewards[0] > 0)
+                total = 0.0
+            obs = result.observations
+    finally:
+        env.close()
+    values = np.asarray(returns, dtype=np.float64)
+    return {"episodes": episodes, "mean_return": float(values.mean()), "std_return": float(values.std()),
+            "min_return": float(values.min()), "max_return": float(values.max()),
+            "success_rate": successes / episodes if tabular else None}
+
+
+def _select_loop(plan: Plan) -> Callable[[RunContext], LoopStats]:
+    if plan.algorithm.capabilities.loop == "replay":
+        from rlbench.runtime.replay_loop import run_replay_loop
+
+        return run_replay_loop
+    from rlbench.runtime.tabular_loop import run_tabular_loop
+
+    return run_tabular_loop
+
+
+def run(config: RunConfig, *, registry: Registry | None = None,
+        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run `config`; returns the result document (also written when config.out is set).
+
+    Raises RlbenchError before anything starts when the combination is invalid.
+    """
+    registry = registry or get_registry()
+    plan = validate(config, registry)
+    if config.placement != "local":
+        raise RlbenchError(f"placement {config.placement!r} needs the distributed runtime (rlbench.runtime.distributed), "
+                           "which this version does not have yet; use --placement local")
+    call_hook_safely("rlbench_run_configured", config=config)
+
+    algorithm = plan.algorithm.create()
+    hp = apply_overrides(algorithm.Config, config.hyperparameters)
+    total_steps = config.steps if config.steps is not None else hp.total_steps
+    compute = plan.compute.create(**plan.options.get("compute", {}))
+    env = plan.environment.create(num_envs=config.num_envs, seed=config.seed, **plan.options.get("environment", {}))
+    replay = None
+    if plan.replay is not None:
+        replay = plan.replay.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
+                                    **plan.options.get("replay", {}))
+    budget = Budget(total_steps=total_steps, seconds=config.seconds,
+                    on_progress=(lambda step: progress(step, total_steps)) if progress else None)
+    ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
+                     budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None)
+    notes = [env.spec.note] if env.spec.note else []
+
+    meter = RaplMeter()
+    started_unix = time.time()
+    cpu0 = os.times()
+    meter.start()
+    t0 = time.perf_counter()
+    status, reason = "complete", None
+    stats = LoopStats()
+    try:
+        with _first_ctrl_c_stops(budget):
+            stats = _select_loop(plan)(ctx)
+    except KeyboardInterrupt:
+        budget.interrupted = True
+        stats.env_steps = ctx.accounting.produced
+    finally:
+        env.close()
+    if budget.interrupted:
+        status, reason = "incomplete", "interrupted (Ctrl-C)"
+    wall = time.perf_counter() - t0
+    energy = meter.stop()
+    cpu1 = os.times()
+    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system) + (cpu1.children_user - cpu0.children_user) \
+        + (cpu1.children_system - cpu0.children_system)
+    if progress:
+        progress(stats.env_steps, total_steps)
+
+    evaluation = None
+    if status == "complete" and ctx.actor is not None and config.eval_episodes > 0:
+        evaluation = evaluate(ctx.actor, plan, config, config.eval_episodes)
+
+    resolved = config.to_dict()
+    resolved["replay"] = plan.replay.name if plan.replay else None
+    resolved["total_steps"] = total_steps
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "rlbench_version": rlbench.__version__,
+        "status": status,
+        "status_reason": reason,
+        "notes": notes,
+        "config": resolved,
+        "hyperparameters": dataclasses.asdict(hp),
+        "components": {kind: {"name": c.name, "plugin": c.plugin, "description": c.description}
+                       for kind, c in plan.selected().items()},
+        "fingerprint": machine_fingerprint(),
+        "timing": {"started_unix": started_unix, "wall_s": wall, "cpu_s": cpu,
+                   "cpu_utilisation": cpu / wall if wall > 0 else math.nan},
+        "throughput": {
+            "env_steps": stats.env_steps, "updates": stats.updates, "samples": stats.samples,
+            "env_steps_per_s": stats.env_steps / wall if wall > 0 else math.nan,
+            "updates_per_s": stats.updates / wall if wall > 0 else math.nan,
+            "samples_per_s": stats.samples / wall if wall > 0 else math.nan,
+        },
+        "latency": ctx.recorder.latency_summary(),
+        "latency_histograms": {name: h.to_dict() for name, h in ctx.recorder.histograms.items() if h.count},
+        "counters": dict(ctx.recorder.counters),
+        "learning_curve": ctx.curve.points,
+        "evaluation": evaluation,
+        "energy": energy,
+        "accounting": ctx.accounting.to_dict(),
+        "loop": {k: v for k, v in stats.extra.items() if k != "modelled"},
+        "modelled": stats.extra.get("modelled", {}),
+        "replay_stats": replay.stats() if replay is not None else None,
+    }
+    path = None
+    if config.out:
+        path = str(write(result, config.out))
+        result["path"] = path
+    call_hook_safely("rlbench_run_finished", result=result, path=path)
+    return result

@@ -1,0 +1,81 @@
+"""What a runtime loop gets: the built components, the budget, and where to record."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rlbench.config import RunConfig
+from rlbench.metrics import Recorder
+
+
+@dataclass
+class Accounting:
+    """Every transition an actor produces is stored or dropped, and a drop has a cause."""
+
+    produced: int = 0
+    stored: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, cause: str, n: int = 1) -> None:
+        self.dropped[cause] = self.dropped.get(cause, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        dropped = sum(self.dropped.values())
+        return {"produced": self.produced, "stored": self.stored, "dropped": dropped,
+                "dropped_by_cause": dict(self.dropped), "balanced": self.produced == self.stored + dropped}
+
+
+@dataclass
+class LearningCurve:
+    """Episode returns over env steps and wall time."""
+
+    t0: float = field(default_factory=time.perf_counter)
+    points: list[dict[str, float]] = field(default_factory=list)
+
+    def episode(self, step: int, episode_return: float, length: int) -> None:
+        self.points.append({"step": int(step), "time_s": round(time.perf_counter() - self.t0, 4),
+                            "return": float(episode_return), "length": int(length)})
+
+
+@dataclass
+class Budget:
+    total_steps: int
+    seconds: float | None = None
+    t0: float = field(default_factory=time.perf_counter)
+    interrupted: bool = False  # set by the runner on Ctrl-C
+    on_progress: Callable[[int], None] | None = None
+
+    def exhausted(self, step: int) -> bool:
+        if self.interrupted or step >= self.total_steps:
+            return True
+        return self.seconds is not None and time.perf_counter() - self.t0 >= self.seconds
+
+    def progress(self, step: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(step)
+
+
+@dataclass
+class LoopStats:
+    env_steps: int = 0
+    updates: int = 0
+    samples: int = 0  # transitions sampled from replay
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunContext:
+    config: RunConfig
+    algorithm: Any  # rlbench.protocols.Algorithm
+    hp: Any  # the algorithm's Config instance
+    env: Any  # rlbench.protocols.Environment
+    compute: Any  # rlbench.protocols.ComputeBackend
+    replay: Any | None  # rlbench.protocols.ReplayMemory
+    budget: Budget
+    replay_capabilities: Any = None  # rlbench.protocols.ReplayCapabilities of the chosen memory
+    recorder: Recorder = field(default_factory=Recorder)
+    accounting: Accounting = field(default_factory=Accounting)
+    curve: LearningCurve = field(default_factory=LearningCurve)
+    actor: Any = None  # filled by the loop; the runner evaluates it greedily afterwards

@@ -1,0 +1,13 @@
+"""Conformance checks for component authors, like gymnasium's `check_env`.
+
+Call them from your plugin's own tests; each raises `AssertionError` with what is wrong::
+
+    from rlbench.testing import check_transport, check_replay_memory, check_compute_backend
+    check_replay_memory(lambda capacity: MyReplay(capacity=capacity, alpha=0.6, seed=0))
+"""
+
+from rlbench.testing.compute import check_compute_backend
+from rlbench.testing.replay import check_replay_memory
+from rlbench.testing.transport import check_transport
+
+__all__ = ["check_transport", "check_replay_memory", "check_compute_backend"]

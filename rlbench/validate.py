@@ -1,0 +1,133 @@
+"""Refuse an invalid combination before anything starts, saying what would work instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlbench.config import RunConfig
+from rlbench.errors import InvalidCombinationError, UnavailableComponentError
+from rlbench.protocols import PLACEMENTS
+from rlbench.registry import Component, Registry
+
+DEFAULT_REPLAY = "prioritized"
+
+
+@dataclass
+class Plan:
+    """The components a valid configuration resolved to."""
+
+    algorithm: Component
+    environment: Component
+    compute: Component
+    replay: Component | None
+    transport: Component | None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def selected(self) -> dict[str, Component]:
+        chosen = {"algorithm": self.algorithm, "environment": self.environment, "compute": self.compute}
+        if self.replay is not None:
+            chosen["replay"] = self.replay
+        if self.transport is not None:
+            chosen["transport"] = self.transport
+        return chosen
+
+
+def _names_that_work(registry: Registry, kind: str, test) -> str:
+    names = [c.name for c in registry.components(kind) if test(c)]
+    return ", ".join(names) if names else "none registered"
+
+
+def validate(config: RunConfig, registry: Registry) -> Plan:
+    algorithm = registry.get("algorithm", config.algo)
+    environment = registry.get("environment", config.env)
+    compute = registry.get("compute", config.compute)
+    caps = algorithm.capabilities
+    env_caps = environment.capabilities
+    name = algorithm.name
+
+    for value, label in ((config.actors, "--actors"), (config.num_envs, "--num-envs"), (config.eval_episodes + 1, "--eval-episodes")):
+        if value < 1:
+            raise InvalidCombinationError(f"{label} must be at least {1 if label != '--eval-episodes' else 0}")
+    if config.steps is not None and config.steps < 1:
+        raise InvalidCombinationError("--steps must be at least 1")
+    if config.seconds is not None and config.seconds <= 0:
+        raise InvalidCombinationError("--seconds must be positive")
+
+    if caps.action_space != env_caps.action_space:
+        works = _names_that_work(registry, "environment", lambda c: c.capabilities.action_space == caps.action_space
+                                 and caps.observation_space in ("any", c.capabilities.observation_space))
+        raise InvalidCombinationError(
+            f"{name} needs a {caps.action_space} action space, but {environment.name} has a "
+            f"{env_caps.action_space} one; environments that would work: {works}")
+    if caps.observation_space not in ("any", env_caps.observation_space):
+        works = _names_that_work(registry, "environment", lambda c: c.capabilities.observation_space == caps.observation_space
+                                 and c.capabilities.action_space == caps.action_space)
+        raise InvalidCombinationError(
+            f"{name} needs {caps.observation_space} observations, but {environment.name} has "
+            f"{env_caps.observation_space} ones; environments that would work: {works}")
+
+    for role in caps.roles:
+        if not compute.capabilities.supports(name, role):
+            works = _names_that_work(registry, "compute", lambda c: all(c.capabilities.supports(name, r) for r in caps.roles))
+            detail = f" ({compute.capabilities.does_not})" if compute.capabilities.does_not else ""
+            raise InvalidCombinationError(
+                f"compute backend {compute.name} cannot run the {name} {role}{detail}; "
+                f"compute backends that can: {works}")
+
+    replay = None
+    if caps.loop == "replay":
+        replay = registry.get("replay", config.replay or DEFAULT_REPLAY)
+    elif config.replay is not None:
+        raise InvalidCombinationError(
+            f"{name} updates its table from each transition in order and uses no replay memory; "
+            f"drop --replay {config.replay}")
+
+    if config.dataset is not None:
+        if not caps.offline:
+            offline = _names_that_work(registry, "algorithm", lambda c: c.capabilities.offline)
+            raise InvalidCombinationError(f"{name} cannot learn from a dataset; algorithms that can: {offline}")
+        if config.dataset < 1:
+            raise InvalidCombinationError("--dataset must be at least 1 transition")
+
+    if config.placement not in PLACEMENTS:
+        raise InvalidCombinationError(f"unknown placement {config.placement!r}; choose one of {', '.join(PLACEMENTS)}")
+    if config.placement not in caps.placements:
+        raise InvalidCombinationError(
+            f"{name} runs with placement {' or '.join(caps.placements)} only (it has no separate replay node)")
+    if config.placement == "local" and config.actors > 1:
+        raise InvalidCombinationError(
+            "placement local runs one actor inside the learner's process; use --num-envs for more "
+            "environments, or --placement server / in-network for several actor processes")
+    transport = None
+    if config.placement != "local":
+        transport = registry.get("transport", config.transport)
+        if not transport.capabilities.crosses_processes:
+            works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes)
+            raise InvalidCombinationError(
+                f"transport {transport.name} stays inside one process, but placement {config.placement} with "
+                f"{config.actors} actor(s) runs roles as separate processes; transports that would work: {works}")
+
+    plan = Plan(algorithm, environment, compute, replay, transport)
+    _check_options(config, registry, plan)
+
+    for kind, component in plan.selected().items():
+        probe = component.probe()
+        if not probe.available:
+            raise UnavailableComponentError(
+                f"{kind} {component.name!r} (plugin {component.plugin}) is unavailable here: {probe.reason}")
+    return plan
+
+
+def _check_options(config: RunConfig, registry: Registry, plan: Plan) -> None:
+    """Plugin options are only accepted for the component they belong to."""
+    selected = plan.selected()
+    for kind, values in config.options.items():
+        for param in values:
+            owner = next((o for o in registry.run_options if o.kind == kind and o.param == param), None)
+            chosen = selected.get(kind)
+            if owner is None or chosen is None or owner.component != chosen.name:
+                flag = owner.flag if owner else param
+                wanted = f"{owner.kind} {owner.component}" if owner else kind
+                raise InvalidCombinationError(f"{flag} applies to {wanted}, which this run does not use")
+            plan.options.setdefault(kind, {})[param] = values[param]
