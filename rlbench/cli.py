@@ -245,8 +245,12 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # one line, not click's three
+        command = exc.ctx.command_path if exc.ctx else "rlbench"
+        click.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
     except RlbenchError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -80,10 +80,10 @@ def build(extra_plugins: Iterable[tuple[str, Any]] = (), *, load_entry_points: b
 
     for kind, hook_name in REGISTER_HOOKS.items():
         hook = getattr(manager.hook, hook_name)
-        for impl in reversed(hook.get_hookimpls()):  # pluggy lists last-registered first
+        for impl in hook.get_hookimpls():  # registration order: built-ins first, so they keep their names
             _call_register_hook(registry, impl, kind)
 
-    for impl in reversed(manager.hook.rlbench_register_run_options.get_hookimpls()):
+    for impl in manager.hook.rlbench_register_run_options.get_hookimpls():
         _call_option_hook(registry, impl)
     return registry, manager
 
@@ -146,7 +146,7 @@ def call_hook_safely(hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
     """Call a non-register hook on every plugin, one by one, so one failing plugin is reported
     (as an ``{"error": ...}`` entry) instead of stopping the others or the run."""
     results = []
-    for impl in reversed(getattr(get_manager().hook, hook_name).get_hookimpls()):
+    for impl in getattr(get_manager().hook, hook_name).get_hookimpls():
         try:
             results.append((impl.plugin_name, impl.function(**kwargs)))
         except Exception as exc:

@@ -1,0 +1,30 @@
+"""Helpers shared by the core tests (on sys.path through pytest's `pythonpath`)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_plugin_dist(root: Path, dist: str, entry_name: str, module: str, source: str) -> Path:
+    """A real installed distribution on disk (dist-info + entry point), found by importlib.metadata
+    when `root` is on sys.path — the same path a pip-installed third-party plugin takes."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-0.0.1.dist-info"  # wheel naming: the stem holds the name
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text(f"[rlbench]\n{entry_name} = {module}\n")
+    return root
+
+
+def run_cli(*args: str, env_extra: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None):
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "rlbench", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd or REPO)
+
+

@@ -1,0 +1,68 @@
+"""The command line: listings, fingerprint, one-line errors with exit code 2, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support import REPO, run_cli
+
+
+def test_list_shows_every_builtin_with_availability():
+    result = run_cli("list", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["components"]
+    names = {(r["kind"], r["name"]) for r in rows}
+    for expected in [("transport", "shm"), ("transport", "udp"), ("replay", "prioritized"), ("compute", "cpu"),
+                     ("environment", "Taxi-v3"), ("algorithm", "sarsa")]:
+        assert expected in names
+    assert all(r["available"] or r["reason"] for r in rows), "an unavailable component must say why"
+    table = run_cli("list", "--kind", "algorithm")
+    assert table.returncode == 0 and "dqn" in table.stdout and "Pendulum" not in table.stdout
+
+
+def test_info_is_a_fingerprint():
+    result = run_cli("info")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["cores"] >= 1 and data["memory_bytes"] > 0 and data["cpu"]
+    assert data["packages"]["numpy"] and "plugins" in data
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--algo", "dqm"], "did you mean 'dqn'?"),
+    (["run", "--env", "Pendulum-v1"], "dqn needs a discrete action space"),
+    (["run", "--steps", "many"], "'many' is not a valid integer"),
+    (["run", "--placement", "cloud"], "'cloud' is not one of"),
+    (["run", "--hp", "lr"], "'lr' is not KEY=VALUE"),
+    (["run", "--hp", "learning_rat=0.1"], "unknown hyperparameter 'learning_rat'"),
+    (["run", "--algo", "sarsa", "--env", "Taxi-v3", "--replay", "uniform"], "drop --replay uniform"),
+    (["show", "no-such-result.json"], "no such result file"),
+    (["lst"], "did you mean 'list'?"),
+    (["bench", "nothing"], "No such command 'nothing'"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    result = run_cli(*args, *(["--no-out"] if args[0] == "run" else []))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_show_refuses_a_file_that_is_not_a_result(tmp_path):
+    bogus = tmp_path / "x.json"
+    bogus.write_text(json.dumps({"hello": 1}))
+    result = run_cli("show", str(bogus))
+    assert result.returncode == 2 and "is not an rlbench result" in result.stderr
+
+
+def test_import_and_list_do_not_import_heavy_modules():
+    probe = ("import sys, rlbench, rlbench.cli; from rlbench.plugins import get_registry; "
+             "r = get_registry(); [c.probe() for c in r.components()]; "
+             "heavy = [m for m in ('torch', 'pyopencl', 'rlbench_dpdk._shim') if m in sys.modules]; print(heavy)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

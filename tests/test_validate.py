@@ -1,0 +1,89 @@
+"""Invalid combinations are refused before a run starts, with what would work instead."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlbench import plugins
+from rlbench.config import RunConfig, apply_overrides, parse_value
+from rlbench.errors import InvalidCombinationError, RlbenchError, UnavailableComponentError, UnknownComponentError
+from rlbench.hookspecs import hookimpl
+from rlbench.protocols import ComputeCapabilities, Probe
+from rlbench.validate import validate
+
+
+@pytest.fixture(scope="module")
+def registry():
+    class TableOnly:
+        @hookimpl
+        def rlbench_register_compute_backends(self, register):
+            register("tables", "x:y", capabilities=ComputeCapabilities(
+                roles=frozenset({"qlearning:tabular", "sarsa:tabular"}), does_not="no neural networks"))
+            register("absent", "x:y", capabilities=ComputeCapabilities(roles=frozenset({"*:tabular"})),
+                     probe=lambda: Probe.missing("board not found: plug it in"))
+
+    registry, _ = plugins.build([("tables", TableOnly())], load_entry_points=False)
+    return registry
+
+
+@pytest.mark.parametrize("config, message", [
+    (RunConfig(algo="ddpg", env="CartPole-v1"),
+     "ddpg needs a continuous action space, but CartPole-v1 has a discrete one; environments that would work: "
+     "MountainCarContinuous-v0, Pendulum-v1"),
+    (RunConfig(algo="dqn", env="Pendulum-v1"), "environments that would work: CartPole-v1"),
+    (RunConfig(algo="dqn", env="FrozenLake-v1"), "dqn needs continuous observations, but FrozenLake-v1 has discrete ones"),
+    (RunConfig(algo="qlearning", env="CartPole-v1"), "environments that would work: FrozenLake-v1"),
+    (RunConfig(algo="sarsa", env="Taxi-v3", replay="prioritized"), "uses no replay memory; drop --replay prioritized"),
+    (RunConfig(algo="dqn", compute="tables"),
+     "compute backend tables cannot run the dqn actor (no neural networks); compute backends that can: cpu"),
+    (RunConfig(algo="dqn", dataset=1000), "dqn cannot learn from a dataset; algorithms that can: qlearning, sarsa"),
+    (RunConfig(algo="sarsa", env="Taxi-v3", placement="server"), "sarsa runs with placement local only"),
+    (RunConfig(placement="server", transport="inproc"), "transports that would work: shm, tcp, udp"),
+    (RunConfig(actors=3), "placement local runs one actor"),
+    (RunConfig(steps=0), "--steps must be at least 1"),
+    (RunConfig(algo="qlearning", env="FrozenLake-v1", dataset=0), "--dataset must be at least 1"),
+])
+def test_refused_with_what_would_work(registry, config, message):
+    with pytest.raises(InvalidCombinationError) as info:
+        validate(config, registry)
+    assert message in str(info.value)
+
+
+def test_unavailable_component_refused_with_probe_reason(registry):
+    with pytest.raises(UnavailableComponentError, match="board not found: plug it in"):
+        validate(RunConfig(algo="qlearning", env="FrozenLake-v1", compute="absent"), registry)
+
+
+def test_unknown_names(registry):
+    with pytest.raises(UnknownComponentError, match="did you mean 'FrozenLake-v1'"):
+        validate(RunConfig(algo="qlearning", env="FrozenLak-v1"), registry)
+
+
+def test_valid_plans(registry):
+    plan = validate(RunConfig(), registry)
+    assert plan.replay.name == "prioritized" and plan.transport is None
+    plan = validate(RunConfig(algo="sarsa", env="Taxi-v3", compute="tables", dataset=100), registry)
+    assert plan.replay is None and plan.compute.name == "tables"
+    assert validate(RunConfig(replay="uniform"), registry).replay.name == "uniform"
+
+
+def test_hyperparameter_overrides():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        lr: float = 1e-3
+        hidden: tuple = (64, 64)
+        double: bool = True
+        steps: int = 10
+
+    cfg = apply_overrides(Config, {"lr": parse_value("3e-4"), "hidden": parse_value("32,32"),
+                                   "double": parse_value("false"), "steps": parse_value("20")})
+    assert (cfg.lr, cfg.hidden, cfg.double, cfg.steps) == (3e-4, (32, 32), False, 20)
+    assert apply_overrides(Config, {"lr": 1}).lr == 1.0
+    with pytest.raises(RlbenchError, match="did you mean 'lr'"):
+        apply_overrides(Config, {"lrr": 0.1})
+    with pytest.raises(RlbenchError, match="takes true or false"):
+        apply_overrides(Config, {"double": 3})
+    with pytest.raises(RlbenchError, match="takes a int"):
+        apply_overrides(Config, {"steps": "many"})
