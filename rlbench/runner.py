@@ -98,14 +98,21 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     algorithm = plan.algorithm.create()
     hp = apply_overrides(algorithm.Config, config.hyperparameters)
     total_steps = config.steps if config.steps is not None else hp.total_steps
+    budget = Budget(total_steps=total_steps, seconds=config.seconds,
+                    on_progress=(lambda step: progress(step, total_steps)) if progress else None)
+    with _first_ctrl_c_stops(budget):  # from here on, Ctrl-C ends the run with a result
+        return _build_and_run(config, plan, algorithm, hp, budget, progress)
+
+
+def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
+                   progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    total_steps = budget.total_steps
     compute = plan.compute.create(**plan.options.get("compute", {}))
     env = plan.environment.create(num_envs=config.num_envs, seed=config.seed, **plan.options.get("environment", {}))
     replay = None
     if plan.replay is not None:
         replay = plan.replay.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
                                     **plan.options.get("replay", {}))
-    budget = Budget(total_steps=total_steps, seconds=config.seconds,
-                    on_progress=(lambda step: progress(step, total_steps)) if progress else None)
     ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
                      budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None)
     notes = [env.spec.note] if env.spec.note else []
@@ -118,8 +125,7 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     status, reason = "complete", None
     stats = LoopStats()
     try:
-        with _first_ctrl_c_stops(budget):
-            stats = _select_loop(plan)(ctx)
+        stats = _select_loop(plan)(ctx)
     except KeyboardInterrupt:
         budget.interrupted = True
         stats.env_steps = ctx.accounting.produced

@@ -31,8 +31,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # torch first, pinned: the CPU build; any looser spec may pull several GB of CUDA wheels.
 "$VENV/bin/python" -c "import torch" 2>/dev/null || "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" -e ".[test]"
-for plugin in plugins/*/; do
-  [ -f "$plugin/pyproject.toml" ] && "${PIP[@]}" -e "$plugin"
+for plugin in plugins/*/ examples/*/; do
+  if [ -f "$plugin/pyproject.toml" ]; then "${PIP[@]}" -e "$plugin"; fi
 done
 "$VENV/bin/rlbench" list >/dev/null
 echo "setup: ready ($VENV/bin/rlbench)"

@@ -1,0 +1,73 @@
+"""A complete, minimal rlbench plugin: a FIFO, uniformly sampled replay memory whose storage is
+memory-mapped files, so a buffer can be larger than RAM (the page cache keeps the hot part)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+
+import numpy as np
+
+from rlbench.hookspecs import hookimpl
+from rlbench.protocols import ReplayCapabilities, Sample
+
+CAPABILITIES = ReplayCapabilities(prioritized=False, device="disk")
+
+
+class MemmapReplay:
+    capabilities = CAPABILITIES
+
+    def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, directory: str | None = None,
+                 **_options):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = int(capacity)
+        self._rng = np.random.default_rng(seed)
+        self._dir = tempfile.mkdtemp(prefix="rlbench-memmap-", dir=directory)
+        weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)  # files go with the object
+        self._fields: dict[str, np.memmap] = {}
+        self._next = 0
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, transitions, priorities=None) -> np.ndarray:
+        arrays = {k: np.asarray(v) for k, v in transitions.items()}
+        batch = len(next(iter(arrays.values())))
+        if not self._fields:
+            self._fields = {k: np.memmap(f"{self._dir}/{k}.bin", dtype=v.dtype, mode="w+",
+                                         shape=(self.capacity, *v.shape[1:])) for k, v in arrays.items()}
+        elif arrays.keys() != self._fields.keys():
+            raise ValueError(f"fields {sorted(arrays)} differ from the stored {sorted(self._fields)}")
+        indices = (self._next + np.arange(batch)) % self.capacity
+        for key, values in arrays.items():
+            if values.shape[1:] != self._fields[key].shape[1:]:
+                raise ValueError(f"field {key!r} has shape {values.shape[1:]}, stored {self._fields[key].shape[1:]}")
+            self._fields[key][indices] = values
+        self._next = int((self._next + batch) % self.capacity)
+        self._size = min(self.capacity, self._size + batch)
+        return indices.astype(np.int64)
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> Sample:
+        if self._size == 0 or batch_size < 1:
+            raise ValueError("cannot sample: the memory is empty or batch_size < 1")
+        indices = self._rng.integers(self._size, size=batch_size)
+        rows = {k: np.asarray(v[indices]) for k, v in self._fields.items()}
+        return Sample(indices.astype(np.int64), rows, np.ones(batch_size, dtype=np.float32))
+
+    def update_priorities(self, indices, priorities) -> None:
+        indices = np.asarray(indices)
+        if np.any((indices < 0) | (indices >= self._size)):
+            raise IndexError("priority update for an index that holds no item")
+
+    def stats(self) -> dict:
+        return {"size": self._size, "capacity": self.capacity, "directory": self._dir}
+
+
+@hookimpl
+def rlbench_register_replay_memories(register):
+    # A lazy "rlbench_memmap:MemmapReplay" string works too; this module is light, so the class is fine.
+    register("memmap", MemmapReplay, capabilities=CAPABILITIES,
+             description="uniform FIFO replay on memory-mapped files (larger than RAM)")
