@@ -174,10 +174,12 @@ def _run_command() -> click.Command:
         click.Option(["--behaviour"], type=click.Choice(["random", "epsilon-greedy"]), default="random", show_default=True,
                      help="Behaviour policy that collects the --dataset."),
         click.Option(["--eval-episodes"], type=int, default=10, show_default=True, help="Greedy episodes after training."),
+        click.Option(["--on-actor-failure"], type=click.Choice(["continue", "stop"]), default="continue", show_default=True,
+                     help="Distributed runs: go on with the other actors, or stop the run."),
         click.Option(["--hp"], multiple=True, metavar="KEY=VALUE", help="Override a hyperparameter (repeatable)."),
         click.Option(["--out"], default="results", show_default=True, help="Directory (or .json path) for the result."),
         click.Option(["--no-out"], is_flag=True, help="Do not write a result file."),
-        click.Option(["--json"], "as_json", is_flag=True, help="Print the result document as JSON."),
+        click.Option(["--json", "as_json"], is_flag=True, help="Print the result document as JSON."),
     ]
     plugin_options = {}
     for option in _registry().run_options:
@@ -202,6 +204,7 @@ def _run_command() -> click.Command:
                            transport=kw["transport"], placement=kw["placement"], actors=kw["actors"],
                            num_envs=kw["num_envs"], steps=kw["steps"], seconds=kw["seconds"], seed=kw["seed"],
                            dataset=kw["dataset"], behaviour=kw["behaviour"], eval_episodes=kw["eval_episodes"],
+                           on_actor_failure=kw["on_actor_failure"],
                            hyperparameters=_parse_hyperparameters(kw["hp"]), options=options,
                            out=None if kw["no_out"] else kw["out"])
         result = run(config, progress=_Progress())

@@ -25,6 +25,7 @@ class RunConfig:
     dataset: int | None = None  # offline learning over a collected dataset of this many transitions
     behaviour: str = "random"  # the dataset's behaviour policy
     eval_episodes: int = 10
+    on_actor_failure: str = "continue"  # or "stop": what a distributed run does when an actor dies
     hyperparameters: dict[str, Any] = field(default_factory=dict)  # overrides of the algorithm's Config
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> plugin options of the chosen component
     out: str | None = None  # directory (or .json path) for the result

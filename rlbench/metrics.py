@@ -114,14 +114,15 @@ class Histogram:
                     return float(min(max(mid, self.min), self.max))
         return float(self.max)
 
-    def summary(self) -> dict[str, Any]:
-        """Percentiles in microseconds, as results and benchmarks print them."""
+    def summary(self, unit: str = "us", scale: float = 1e-3) -> dict[str, Any]:
+        """Percentiles in microseconds (recorded ns * 1e-3), as results and benchmarks print them;
+        histograms of counts (queue depths) pass unit="items", scale=1."""
         if self.count == 0:
             return {"count": 0}
-        us = 1e-3
+        us = scale
         return {
             "count": self.count,
-            "unit": "us",
+            "unit": unit,
             "mean": self.total / self.count * us,
             "min": self.min * us,
             "p50": self.percentile(50) * us,

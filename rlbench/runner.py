@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -16,12 +17,12 @@ import numpy as np
 import rlbench
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.energy import RaplMeter
-from rlbench.errors import RlbenchError
 from rlbench.fingerprint import machine_fingerprint
 from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
 from rlbench.results import SCHEMA, write
-from rlbench.runtime.context import Budget, LoopStats, RunContext
+from rlbench.metrics import Recorder
+from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, RunContext
 from rlbench.validate import Plan, validate
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
@@ -90,9 +91,6 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     """
     registry = registry or get_registry()
     plan = validate(config, registry)
-    if config.placement != "local":
-        raise RlbenchError(f"placement {config.placement!r} needs the distributed runtime (rlbench.runtime.distributed), "
-                           "which this version does not have yet; use --placement local")
     call_hook_safely("rlbench_run_configured", config=config)
 
     algorithm = plan.algorithm.create()
@@ -104,9 +102,22 @@ def run(config: RunConfig, *, registry: Registry | None = None,
         return _build_and_run(config, plan, algorithm, hp, budget, progress)
 
 
-def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
-                   progress: Callable[[int, int], None] | None) -> dict[str, Any]:
-    total_steps = budget.total_steps
+@dataclass
+class _Trained:
+    """What a training phase hands to result assembly, whichever placement ran it."""
+
+    stats: LoopStats
+    recorder: Recorder
+    accounting: Accounting
+    curve: LearningCurve
+    actor: Any  # evaluated greedily afterwards (None: nothing to evaluate)
+    notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    stop_reason: str = ""
+    replay_stats: dict[str, Any] | None = None
+
+
+def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
     compute = plan.compute.create(**plan.options.get("compute", {}))
     env = plan.environment.create(num_envs=config.num_envs, seed=config.seed, **plan.options.get("environment", {}))
     replay = None
@@ -115,14 +126,6 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
                                     **plan.options.get("replay", {}))
     ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
                      budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None)
-    notes = [env.spec.note] if env.spec.note else []
-
-    meter = RaplMeter()
-    started_unix = time.time()
-    cpu0 = os.times()
-    meter.start()
-    t0 = time.perf_counter()
-    status, reason = "complete", None
     stats = LoopStats()
     try:
         stats = _select_loop(plan)(ctx)
@@ -131,19 +134,57 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         stats.env_steps = ctx.accounting.produced
     finally:
         env.close()
+    return _Trained(stats, ctx.recorder, ctx.accounting, ctx.curve, ctx.actor,
+                    notes=[env.spec.note] if env.spec.note else [],
+                    replay_stats=replay.stats() if replay is not None else None)
+
+
+def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
+    from rlbench.runtime.launcher import run_distributed
+
+    outcome = run_distributed(config, plan, hp, budget)
+    actor = None
+    if outcome.final_weights is not None:
+        env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
+        env.close()
+        compute = plan.compute.create(**plan.options.get("compute", {}))
+        actor = algorithm.make_actor(env.spec, compute, hp, config.seed)
+        actor.load_weights(outcome.final_weights, outcome.weights_version)
+    outcome.stats.extra["failures"] = outcome.failures
+    return _Trained(outcome.stats, outcome.recorder, outcome.accounting, outcome.curve, actor,
+                    failures=outcome.failures, stop_reason=outcome.stop_reason,
+                    replay_stats=outcome.stats.extra.get("replay_memory"))
+
+
+def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
+                   progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    total_steps = budget.total_steps
+    meter = RaplMeter()
+    started_unix = time.time()
+    cpu0 = os.times()
+    meter.start()
+    t0 = time.perf_counter()
+    train = _train_local if config.placement == "local" else _train_distributed
+    trained = train(config, plan, algorithm, hp, budget)
+    stats = trained.stats
+    status, reason = "complete", None
     if budget.interrupted:
         status, reason = "incomplete", "interrupted (Ctrl-C)"
+    elif trained.stop_reason:
+        status, reason = "incomplete", trained.stop_reason
     wall = time.perf_counter() - t0
     energy = meter.stop()
     cpu1 = os.times()
+    # children_* covers the role processes of a distributed run once they have been joined
     cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system) + (cpu1.children_user - cpu0.children_user) \
         + (cpu1.children_system - cpu0.children_system)
     if progress:
         progress(stats.env_steps, total_steps)
+    notes = trained.notes + [f"failure: {f}" for f in trained.failures]
 
     evaluation = None
-    if status == "complete" and ctx.actor is not None and config.eval_episodes > 0:
-        evaluation = evaluate(ctx.actor, plan, config, config.eval_episodes)
+    if status == "complete" and trained.actor is not None and config.eval_episodes > 0:
+        evaluation = evaluate(trained.actor, plan, config, config.eval_episodes)
 
     resolved = config.to_dict()
     resolved["replay"] = plan.replay.name if plan.replay else None
@@ -167,16 +208,16 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
             "updates_per_s": stats.updates / wall if wall > 0 else math.nan,
             "samples_per_s": stats.samples / wall if wall > 0 else math.nan,
         },
-        "latency": ctx.recorder.latency_summary(),
-        "latency_histograms": {name: h.to_dict() for name, h in ctx.recorder.histograms.items() if h.count},
-        "counters": dict(ctx.recorder.counters),
-        "learning_curve": ctx.curve.points,
+        "latency": trained.recorder.latency_summary(),
+        "latency_histograms": {name: h.to_dict() for name, h in trained.recorder.histograms.items() if h.count},
+        "counters": dict(trained.recorder.counters),
+        "learning_curve": trained.curve.points,
         "evaluation": evaluation,
         "energy": energy,
-        "accounting": ctx.accounting.to_dict(),
+        "accounting": trained.accounting.to_dict(),
         "loop": {k: v for k, v in stats.extra.items() if k != "modelled"},
         "modelled": stats.extra.get("modelled", {}),
-        "replay_stats": replay.stats() if replay is not None else None,
+        "replay_stats": trained.replay_stats,
     }
     path = None
     if config.out:

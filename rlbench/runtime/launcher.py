@@ -1,0 +1,260 @@
+"""Start the roles of a distributed run, watch them, stop them, and merge what they measured.
+
+`LocalLauncher` runs each role as a spawned process on this machine. A launcher only needs
+`start(function, spec)` and handles that report liveness and a result; a cluster-engine launcher
+(Ray) implements the same two things. Roles never share objects with the launcher: they get a
+RoleSpec of plain data and find each other through the replay node's address.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import multiprocessing
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlbench.errors import RlbenchError
+from rlbench.metrics import Histogram, Recorder
+from rlbench.registry import load_object
+from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
+from rlbench.runtime.replay_client import ReplayClient
+from rlbench.runtime.roles import REQUEST_TIMEOUT_S, RoleSpec
+from rlbench.wire import Op, read_json
+
+ROLE_FUNCTIONS = {
+    "replay": "rlbench.runtime.roles:replay_node_main",
+    "learner": "rlbench.runtime.roles:learner_main",
+    "actor": "rlbench.runtime.roles:actor_main",
+}
+POLL_S = 0.25
+GRACE_S = 10.0  # after the stop signal, how long roles get to finish before they are terminated
+START_TIMEOUT_S = 120.0
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process if the launcher dies, so no role is ever orphaned."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _role_entry(function: str, spec: RoleSpec, results: Any, announcements: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops roles in order
+    _die_with_parent()
+    try:
+        report = load_object(function)(spec, announce=announcements.put)
+    except BaseException as exc:
+        results.put((spec.role, spec.index, "error", f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1) from None
+    results.put((spec.role, spec.index, "ok", report))
+
+
+@dataclass
+class RoleHandle:
+    role: str
+    index: int
+    process: Any
+
+    @property
+    def name(self) -> str:
+        return self.role if self.role != "actor" else f"actor-{self.index}"
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+
+class LocalLauncher:
+    def __init__(self) -> None:
+        self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
+        self.results = self.context.Queue()
+        self.announcements = self.context.Queue()
+        self.handles: list[RoleHandle] = []
+
+    def start(self, spec: RoleSpec) -> RoleHandle:
+        process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
+                                       args=(ROLE_FUNCTIONS[spec.role], spec, self.results, self.announcements))
+        process.start()
+        handle = RoleHandle(spec.role, spec.index, process)
+        self.handles.append(handle)
+        return handle
+
+    def wait_address(self, node: RoleHandle) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                return self.announcements.get(timeout=POLL_S)
+            except queue.Empty:
+                if not node.alive():
+                    raise RlbenchError(f"the replay node exited before it listened: {self.failure_of(node)}")
+        raise RlbenchError("the replay node did not start listening within 2 minutes")
+
+    def collect(self) -> dict[str, tuple[str, Any]]:
+        outcomes = {}
+        while True:
+            try:
+                role, index, status, payload = self.results.get(timeout=0.05)
+            except queue.Empty:
+                break
+            outcomes[role if role != "actor" else f"actor-{index}"] = (status, payload)
+        return outcomes
+
+    def failure_of(self, handle: RoleHandle) -> str:
+        outcome = self.collect().get(handle.name)
+        return outcome[1] if outcome else f"exit code {handle.exitcode}"
+
+    def stop_all(self, grace: float = GRACE_S) -> None:
+        deadline = time.monotonic() + grace
+        for handle in self.handles:
+            handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for handle in self.handles:
+            if handle.alive():
+                handle.process.terminate()
+                handle.process.join(timeout=5)
+            if handle.alive():
+                handle.process.kill()
+                handle.process.join(timeout=5)
+
+
+@dataclass
+class DistributedOutcome:
+    stats: LoopStats
+    recorder: Recorder
+    accounting: Accounting
+    curve: LearningCurve
+    final_weights: list[np.ndarray] | None
+    weights_version: int
+    failures: list[str] = field(default_factory=list)
+    stop_reason: str = ""
+    roles: dict[str, Any] = field(default_factory=dict)
+
+
+def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> DistributedOutcome:
+    """Start replay node, learner and actors; return when the run is over and every role has stopped."""
+    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options)
+    base.config["replay"] = plan.replay.name
+    launcher = LocalLauncher()
+    failures: list[str] = []
+    stop_reason = ""
+    final_weights, weights_version, node_report = None, -1, None
+    control = None
+    try:
+        node = launcher.start(dataclasses.replace(base, role="replay"))
+        address = launcher.wait_address(node)
+        learner = launcher.start(dataclasses.replace(base, role="learner", address=address))
+        actors = [launcher.start(dataclasses.replace(base, role="actor", address=address, index=i))
+                  for i in range(config.actors)]
+        transport = plan.transport.create(**plan.options.get("transport", {}))
+        control = ReplayClient(transport.connect(address, timeout=REQUEST_TIMEOUT_S), prioritized=False, capacity=0,
+                               reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
+        control.call(Op.HELLO, {"role": np.frombuffer(b"launcher", dtype=np.uint8)})
+        reported_dead: set[str] = set()
+        while True:
+            time.sleep(POLL_S)
+            if budget.interrupted:
+                stop_reason = "interrupted (Ctrl-C)"
+                break
+            if not node.alive():
+                stop_reason = f"the replay node died ({launcher.failure_of(node)})"
+                break
+            control.call(Op.FETCH_PARAMS, {"have_version": np.int64(2**62)})  # cheap status poll
+            budget.progress(control.status["produced"])
+            if not learner.alive():
+                if learner.exitcode != 0:
+                    stop_reason = f"the learner died ({launcher.failure_of(learner)})"
+                break
+            for actor in actors:
+                if not actor.alive() and actor.exitcode != 0 and actor.name not in reported_dead:
+                    reported_dead.add(actor.name)
+                    failures.append(f"{actor.name} died ({launcher.failure_of(actor)})")
+                    if config.on_actor_failure == "stop":
+                        stop_reason = f"{actor.name} died and --on-actor-failure is stop"
+            if stop_reason:
+                break
+            if len(reported_dead) == len(actors):
+                stop_reason = "every actor died"
+                break
+        if stop_reason:
+            control.call(Op.SHUTDOWN)  # roles see done=1 on their next exchange and leave
+        else:
+            for handle in launcher.handles:
+                if handle.role != "replay":
+                    handle.process.join(timeout=GRACE_S)
+            op, arrays = control.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
+            if op == Op.PARAMS:
+                weights_version = int(arrays["version"])
+                count = sum(1 for name in arrays if name[0] == "w" and name[1:].isdigit())
+                final_weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
+            op, arrays = control.call(Op.STATS)
+            node_report = read_json(arrays["json"])
+            control.call(Op.SHUTDOWN)
+    finally:
+        if control is not None:
+            control.connection.close()
+        launcher.stop_all()
+    outcomes = launcher.collect()
+    if node_report is None and outcomes.get("replay", ("", None))[0] == "ok":
+        node_report = outcomes["replay"][1]
+    for name, (status, payload) in outcomes.items():
+        if status == "error" and not any(f.startswith(name) for f in failures):
+            failures.append(f"{name} failed: {payload}")
+    return _merge(outcomes, node_report, final_weights, weights_version, failures, stop_reason)
+
+
+def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | None,
+           final_weights: list[np.ndarray] | None, weights_version: int, failures: list[str],
+           stop_reason: str) -> DistributedOutcome:
+    recorder = Recorder()
+    accounting = Accounting()
+    curve = LearningCurve()
+    roles: dict[str, Any] = {}
+    reports = {name: payload for name, (status, payload) in outcomes.items() if status == "ok"}
+    if node_report is not None:
+        reports["replay"] = node_report
+    for name, report in sorted(reports.items()):
+        prefix = "replay_node." if name == "replay" else ""
+        for op, data in report.get("histograms", {}).items():
+            recorder.histogram(prefix + op).merge(Histogram.from_dict(data))
+        for counter, value in report.get("counters", {}).items():
+            recorder.count(f"{name}.{counter}", value)
+        roles[name] = {k: v for k, v in report.items() if k not in ("histograms", "curve")}
+    actor_reports = [r for name, r in reports.items() if name.startswith("actor-")]
+    for report in actor_reports:
+        for point in report.get("curve", []):
+            curve.points.append(point)
+        for cause, n in report.get("dropped", {}).items():
+            accounting.drop(cause, n)
+    curve.points.sort(key=lambda p: (p["time_s"], p["step"]))
+    stored = node_report["stored"] if node_report else 0
+    node_produced = node_report["produced"] if node_report else 0
+    accounting.stored = stored
+    # Produced counts what actors reported: their own tallies where they reported, and for an actor
+    # that died, what the node received from it; what a dead actor never sent is unknowable.
+    reported_produced = sum(r["produced"] for r in actor_reports)
+    reported_sent = sum(r["sent"] for r in actor_reports)
+    accounting.produced = reported_produced + max(0, stored - reported_sent)
+    unaccounted = accounting.produced - accounting.stored - sum(accounting.dropped.values())
+    if unaccounted > 0:
+        accounting.drop("sent by an actor, never stored by the replay node", unaccounted)
+    learner = reports.get("learner", {})
+    stats = LoopStats(env_steps=node_produced, updates=learner.get("updates", 0), samples=learner.get("samples", 0))
+    if node_report:
+        stats.extra["rate_limiter"] = node_report["rate_limiter"]
+        stats.extra["queue_depths"] = node_report["queue_depths"]
+        stats.extra["replay_memory"] = node_report["memory"]
+    stats.extra["roles"] = roles
+    stats.extra["weights_staleness"] = {name: r.get("staleness") for name, r in reports.items() if name.startswith("actor-")}
+    stats.extra["links"] = {name: r.get("link") for name, r in reports.items()}
+    return DistributedOutcome(stats, recorder, accounting, curve, final_weights, weights_version, failures,
+                              stop_reason, roles)

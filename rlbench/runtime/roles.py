@@ -1,0 +1,246 @@
+"""The three roles of a distributed run, each a plain function of picklable arguments.
+
+Roles meet only through the replay node's transport address: nothing is inherited from the
+launcher, so any launcher (local processes, a cluster engine) can start them anywhere. Each role
+rebuilds its components by name from the registry and returns a JSON-able report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlbench.config import RunConfig, apply_overrides
+from rlbench.metrics import Recorder
+from rlbench.plugins import get_registry
+from rlbench.runtime.rate_limiter import RateLimiter
+from rlbench.runtime.replay_client import ReplayClient
+from rlbench.runtime.replay_node import NodeSettings, ReplayNode
+from rlbench.runtime.replay_loop import beta_at
+from rlbench.wire import Op, json_array, text
+
+ACTOR_INSERT_TRANSITIONS = 32  # transitions per INSERT message (amortises a round trip)
+PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
+REQUEST_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RoleSpec:
+    """Everything a role needs, all plain data."""
+
+    role: str  # "replay", "learner", "actor"
+    config: dict[str, Any]
+    address: str = ""
+    index: int = 0
+    total_steps: int = 0
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def run_config(self) -> RunConfig:
+        return RunConfig(**self.config)
+
+
+def _components(spec: RoleSpec):
+    registry = get_registry()
+    config = spec.run_config
+    algorithm = registry.get("algorithm", config.algo).create()
+    hp = apply_overrides(algorithm.Config, config.hyperparameters)
+    return registry, config, algorithm, hp
+
+
+def _transport(registry, spec: RoleSpec):
+    component = registry.get("transport", spec.run_config.transport)
+    return component.create(**spec.options.get("transport", {})), component.capabilities
+
+
+def _times(t0: float, cpu0: os.times_result) -> dict[str, float]:
+    cpu1 = os.times()
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)}
+
+
+def _histograms(recorder: Recorder) -> dict[str, Any]:
+    return {name: h.to_dict() for name, h in recorder.histograms.items() if h.count}
+
+
+# ------------------------------------------------------------------------------------- replay
+def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
+    """Listens, announces its address through `announce(address)`, serves until SHUTDOWN."""
+    registry, config, algorithm, hp = _components(spec)
+    transport, _ = _transport(registry, spec)
+    memory_component = registry.get("replay", config.replay)
+    memory = memory_component.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
+                                     **spec.options.get("replay", {}))
+    if not hasattr(memory, "capabilities"):
+        memory.capabilities = memory_component.capabilities
+    listener = transport.listen(spec.address or None)
+    announce(listener.address)
+    samples_per_insert = hp.batch_size / hp.train_every
+    chunk = ACTOR_INSERT_TRANSITIONS * max(1, config.actors)
+    limiter = RateLimiter(samples_per_insert, max(hp.learning_starts, hp.batch_size),
+                          error_buffer=samples_per_insert * chunk * 2 + hp.batch_size * PUSH_CREDIT)
+    settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
+                            seconds=config.seconds)
+    node = ReplayNode(listener, memory, limiter, settings)
+    try:
+        return node.serve()
+    finally:
+        listener.close()
+
+
+# -------------------------------------------------------------------------------------- actor
+def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
+    t0, cpu0 = time.perf_counter(), os.times()
+    registry, config, algorithm, hp = _components(spec)
+    transport, caps = _transport(registry, spec)
+    seed = config.seed + 7919 * (spec.index + 1)  # actors explore differently
+    env = registry.get("environment", config.env).create(num_envs=config.num_envs, seed=seed,
+                                                         **spec.options.get("environment", {}))
+    compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
+    actor = algorithm.make_actor(env.spec, compute, hp, seed)
+    recorder = Recorder()
+    staleness = Recorder()
+    connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
+    client = ReplayClient(connection, prioritized=False, capacity=hp.buffer_size, reliable=caps.reliable,
+                          recorder=recorder, timeout=REQUEST_TIMEOUT_S)
+    client.call(Op.HELLO, {"role": text("actor"), "index": np.int64(spec.index)})
+    version = _fetch_weights(client, actor, -1, wait=True, recorder=recorder)
+
+    n = env.spec.num_envs
+    rows = max(1, ACTOR_INSERT_TRANSITIONS // n)
+    chunk: dict[str, list] = {name: [] for name in ("obs", "action", "reward", "next_obs", "done")}
+    produced = stored_sent = 0
+    dropped: dict[str, int] = {}
+    episode_return = np.zeros(n)
+    episode_length = np.zeros(n, dtype=np.int64)
+    curve = []
+    obs = env.reset(seed=seed)
+    h_act, h_env = recorder.histogram("actor.inference"), recorder.histogram("env.step")
+    clock = time.perf_counter_ns
+    try:
+        while not client.status["done"]:
+            global_step = client.status["produced"] + produced - stored_sent
+            t_a = clock()
+            actions = actor.act(obs, global_step)
+            t_b = clock()
+            result = env.step(actions)
+            h_act.record(t_b - t_a)
+            h_env.record(clock() - t_b)
+            for name, value in (("obs", obs), ("action", actions), ("reward", result.rewards),
+                                ("next_obs", result.final_observations),
+                                ("done", result.terminated.astype(np.float32))):
+                chunk[name].append(value)
+            produced += n
+            episode_return += result.rewards
+            episode_length += 1
+            ended = result.terminated | result.truncated
+            for i in np.flatnonzero(ended):
+                curve.append({"step": int(global_step + n), "time_s": round(time.perf_counter() - t0, 4),
+                              "return": float(episode_return[i]), "length": int(episode_length[i])})
+            episode_return[ended] = 0.0
+            episode_length[ended] = 0
+            obs = result.observations
+            if len(chunk["obs"]) >= rows:
+                stored_sent += _flush(client, chunk, produced - stored_sent)
+                staleness.histogram("weights_staleness").record(client.status["learner_updates"] - version)
+                if client.status["params_version"] > version:
+                    version = _fetch_weights(client, actor, version, wait=False, recorder=recorder)
+        if chunk["obs"]:  # the run is over, but what was produced is still stored
+            stored_sent += _flush(client, chunk, produced - stored_sent)
+    finally:
+        env.close()
+    lost_unsent = produced - stored_sent
+    if lost_unsent:
+        dropped["never sent"] = lost_unsent
+    report = {"role": f"actor-{spec.index}", "produced": produced, "sent": stored_sent, "dropped": dropped,
+              "weights_version": version, "curve": curve, "histograms": _histograms(recorder),
+              "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
+              if "weights_staleness" in staleness.histograms else {"count": 0},
+              "counters": dict(recorder.counters), "link": dict(connection.stats), **_times(t0, cpu0)}
+    client.call(Op.BYE, {"report": json_array({k: v for k, v in report.items() if k != "curve"})})
+    connection.close()
+    return report
+
+
+def _flush(client: ReplayClient, chunk: dict[str, list], produced: int) -> int:
+    transitions = {name: np.concatenate(values) if np.ndim(values[0]) else np.asarray(values)
+                   for name, values in chunk.items()}
+    client.add(transitions, produced=produced)
+    for values in chunk.values():
+        values.clear()
+    return len(transitions["obs"])
+
+
+def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool, recorder: Recorder) -> int:
+    """Pick up newer weights from the replay node; at start, wait until the learner published."""
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while True:
+        with recorder.time("weights.FETCH"):
+            op, arrays = client.call(Op.FETCH_PARAMS, {"have_version": np.int64(have)})
+        if op == Op.PARAMS:
+            version = int(arrays["version"])
+            count = sum(1 for name in arrays if name[0] == "w" and name[1:].isdigit())
+            weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
+            actor.load_weights(weights, version)
+            return version
+        if not wait or client.status["done"]:
+            return have
+        if time.monotonic() > deadline:
+            raise TimeoutError("the learner never published weights")
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------------ learner
+def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
+    t0, cpu0 = time.perf_counter(), os.times()
+    registry, config, algorithm, hp = _components(spec)
+    transport, caps = _transport(registry, spec)
+    probe_env = registry.get("environment", config.env).create(num_envs=1, seed=config.seed)
+    env_spec = probe_env.spec
+    probe_env.close()
+    compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
+    learner = algorithm.make_learner(env_spec, compute, hp, config.seed)
+    prioritized = registry.get("replay", config.replay).capabilities.prioritized
+    recorder = Recorder()
+    connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
+    client = ReplayClient(connection, prioritized=prioritized, capacity=hp.buffer_size, reliable=caps.reliable,
+                          recorder=recorder, timeout=REQUEST_TIMEOUT_S)
+    client.call(Op.HELLO, {"role": text("learner")})
+    in_network = config.placement == "in-network"
+
+    def publish() -> None:
+        with recorder.time("weights.PUBLISH"):
+            arrays = {f"w{i}": w for i, w in enumerate(learner.weights())}
+            client.send(Op.PUBLISH_PARAMS, {"version": np.int64(learner.updates), **arrays})
+
+    publish()
+    beta = beta_at(hp, 0, spec.total_steps)
+    if in_network:
+        client.send(Op.CREDIT, {"credit": np.int64(PUSH_CREDIT), "beta": np.float64(beta)})
+    h_learn = recorder.histogram("learner.update")
+    updates = samples = 0
+    while True:
+        sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(hp.batch_size, beta)
+        if sample is None:
+            break
+        t_a = time.perf_counter_ns()
+        priorities, _ = learner.update(sample)
+        h_learn.record(time.perf_counter_ns() - t_a)
+        updates += 1
+        samples += len(sample.indices)
+        beta = beta_at(hp, client.status["produced"], spec.total_steps)
+        extra = {"learner_updates": np.int64(learner.updates)}
+        if in_network:
+            extra.update(credit=np.int64(1), beta=np.float64(beta))
+        client.update_priorities(sample.indices, priorities if prioritized else np.empty(0), **extra)
+        if updates % hp.publish_every == 0:
+            publish()
+    publish()  # final weights, for evaluation
+    report = {"role": "learner", "updates": updates, "samples": samples, "histograms": _histograms(recorder),
+              "counters": dict(recorder.counters), "link": dict(connection.stats), **_times(t0, cpu0)}
+    client.call(Op.BYE, {"report": json_array(report)})
+    connection.close()
+    return report
