@@ -37,18 +37,25 @@ GRACE_S = 10.0  # after the stop signal, how long roles get to finish before the
 START_TIMEOUT_S = 120.0
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process if the launcher dies, so no role is ever orphaned."""
+def role_process_name(role: str, index: int) -> str:
+    """The name a role process shows in /proc/PID/comm, ps and top (15 characters at most)."""
+    return f"rlb-{role}" if role != "actor" else f"rlb-actor-{index}"
+
+
+def _linux_process_setup(name: str) -> None:
+    """Name the process for ps/top, and have the kernel kill it if the launcher dies, so no role
+    is ever orphaned (PR_SET_PDEATHSIG)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
 
 def _role_entry(function: str, spec: RoleSpec, results: Any, announcements: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops roles in order
-    _die_with_parent()
+    _linux_process_setup(role_process_name(spec.role, spec.index))
     try:
         report = load_object(function)(spec, announce=announcements.put)
     except BaseException as exc:
@@ -168,7 +175,13 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> Distribu
             if not node.alive():
                 stop_reason = f"the replay node died ({launcher.failure_of(node)})"
                 break
-            control.call(Op.FETCH_PARAMS, {"have_version": np.int64(2**62)})  # cheap status poll
+            try:
+                control.call(Op.FETCH_PARAMS, {"have_version": np.int64(2**62)})  # cheap status poll
+            except (ConnectionError, OSError, RlbenchError) as exc:
+                node.process.join(timeout=2)
+                stop_reason = f"lost the replay node ({exc})" if node.alive() else \
+                    f"the replay node died ({launcher.failure_of(node)})"
+                break
             budget.progress(control.status["produced"])
             if not learner.alive():
                 if learner.exitcode != 0:
@@ -186,7 +199,11 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> Distribu
                 stop_reason = "every actor died"
                 break
         if stop_reason:
-            control.call(Op.SHUTDOWN)  # roles see done=1 on their next exchange and leave
+            if node.alive():
+                try:
+                    control.call(Op.SHUTDOWN)  # roles see done=1 on their next exchange and leave
+                except (ConnectionError, OSError, RlbenchError):
+                    pass  # the node went away meanwhile; stop_all still ends every role
         else:
             for handle in launcher.handles:
                 if handle.role != "replay":

@@ -1,0 +1,568 @@
+"""Shared-memory rings between processes of one host, busy-polled: no syscalls on the fast path.
+
+Handshake: the listener binds a Unix socket in the abstract namespace (nothing on disk). For each
+connecting peer it creates the ring memory with memfd_create and passes the descriptor over that
+socket (SCM_RIGHTS), so no /dev/shm name exists to leak, even after a crash. The socket stays open
+only so that each side notices the other dying (EOF); messages never touch it.
+
+Memory: two rings per connection (peer->listener, listener->peer). A ring is a control block (head
+written by the producer, tail by the consumer, on separate cache lines, plus a closed flag) and a
+power-of-two data area of records [u32 length, u32 flags, payload padded to 8 bytes]. A record never
+wraps: a WRAP record sends the consumer back to the start. Messages larger than a quarter of the ring
+are cut into MORE-flagged chunks, so any size up to max_message_bytes gets through.
+
+Ordering: the producer writes the payload, then stores head; the consumer loads head, then reads the
+payload. x86-64 is total-store-order, so those plain stores/loads are seen in that order; weakly
+ordered CPUs would need barriers, which is why probe() refuses them.
+
+Waiting: spin on head, then sched_yield, then sleeps growing to _MAX_SLEEP_S (bounded back-off).
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import platform
+import secrets
+import selectors
+import socket
+import struct
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from rlbench.builtin.transports._framing import (
+    AddressError,
+    TransportClosedError,
+    byte_views,
+    check_size,
+    new_stats,
+    split_address,
+)
+from rlbench.errors import RlbenchError
+from rlbench.protocols import Probe, TransportCapabilities
+
+_CONTROL_BYTES = 256
+_HEAD, _TAIL, _CLOSED = 0, 16, 24  # u64 indices in the control block: bytes 0, 128 and 192
+_RECORD = struct.Struct("<II")
+_MORE, _WRAP = 1, 2
+_HANDSHAKE = struct.Struct("<QQ")  # ring data bytes, peer id
+_SPIN = 2000  # polls before backing off (~100 us of Python)
+_YIELDS = 200
+_MAX_SLEEP_S = 0.0005
+_LIVENESS_EVERY_S = 0.01
+
+
+def probe() -> Probe:
+    if not sys.platform.startswith("linux"):
+        return Probe.missing(f"shm transport needs Linux (memfd_create, abstract Unix sockets); this is {sys.platform}")
+    if not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"):
+        return Probe.missing("shm transport needs os.memfd_create and socket.send_fds (Python >= 3.9 on Linux)")
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return Probe.missing(f"shm rings rely on x86-64 total store order; {machine} would need memory barriers")
+    return Probe.ok()
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+_pack_record = _RECORD.pack_into
+_unpack_record = _RECORD.unpack_from
+
+
+class _Endpoint:
+    """Producer on one ring, consumer on the other, and the liveness of the far side.
+
+    The hot fields are flat attributes (no ring objects to chase): every attribute lookup costs
+    tens of nanoseconds, and the whole round trip has a budget of a few microseconds.
+    """
+
+    __slots__ = ("memory", "sock", "dead", "last_liveness", "tx_control", "tx_data", "capacity", "mask",
+                 "max_chunk", "head", "tail_seen", "rx_control", "rx_data", "tail",
+                 "n_sent", "n_received", "bytes_sent", "bytes_received")
+
+    def __init__(self, memory: mmap.mmap, capacity: int, tx_base: int, rx_base: int,
+                 sock: socket.socket | None) -> None:
+        whole = memoryview(memory)
+        self.memory = memory
+        self.sock = sock  # None where another thread watches the far side for us
+        self.dead = False  # the far side's socket reported EOF
+        self.last_liveness = 0.0
+        self.tx_control = whole[tx_base:tx_base + _CONTROL_BYTES].cast("Q")
+        self.tx_data = whole[tx_base + _CONTROL_BYTES:tx_base + _CONTROL_BYTES + capacity]
+        self.rx_control = whole[rx_base:rx_base + _CONTROL_BYTES].cast("Q")
+        self.rx_data = whole[rx_base + _CONTROL_BYTES:rx_base + _CONTROL_BYTES + capacity]
+        whole.release()
+        self.capacity = capacity
+        self.mask = capacity - 1
+        self.max_chunk = capacity // 4 - _RECORD.size
+        self.head = self.tx_control[_HEAD]  # our producer position (we are its only writer)
+        self.tail_seen = self.tx_control[_TAIL]  # the consumer's tail when we last looked
+        self.tail = self.rx_control[_TAIL]  # our consumer position; published at the next receive
+        self.n_sent = self.n_received = self.bytes_sent = self.bytes_received = 0
+
+    def stats(self) -> dict[str, int]:
+        return new_stats(messages_sent=self.n_sent, messages_received=self.n_received,
+                         bytes_sent=self.bytes_sent, bytes_received=self.bytes_received)
+
+    # -- liveness (slow path only) ------------------------------------------------------------
+    def far_side_gone(self) -> bool:
+        if self.dead or self.rx_control[_CLOSED]:
+            return True
+        now = time.monotonic()
+        if self.sock is not None and now - self.last_liveness >= _LIVENESS_EVERY_S:
+            self.last_liveness = now
+            try:
+                if self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    self.dead = True
+            except BlockingIOError:
+                pass
+            except OSError:
+                self.dead = True
+        return self.dead
+
+    # -- producing ----------------------------------------------------------------------------
+    def put(self, parts: tuple[Any, ...], limit: int) -> None:
+        if len(parts) == 1:  # fast path: one byte-like part that fits where the head is
+            part = parts[0]
+            kind = type(part)
+            if kind is bytes or kind is bytearray or (kind is memoryview and part.format == "B" and part.ndim == 1):
+                total = len(part)
+                need = 8 + ((total + 7) & ~7)
+                head = self.head
+                position = head & self.mask
+                if (total <= self.max_chunk and position + need <= self.capacity
+                        and head + need - self.tail_seen <= self.capacity):
+                    data = self.tx_data
+                    _pack_record(data, position, total, 0)
+                    data[position + 8:position + 8 + total] = part
+                    self.head = head = head + need
+                    self.tx_control[0] = head  # publish after the payload (x86 TSO keeps the order)
+                    self.n_sent += 1
+                    self.bytes_sent += total
+                    return
+        views, total = byte_views(parts)
+        check_size(total, limit, "shm")
+        chunk = self.max_chunk
+        if total <= chunk:
+            self._record(total, 0, views)
+        else:
+            sent = 0
+            while sent < total:
+                length = min(chunk, total - sent)
+                self._record(length, _MORE if sent + length < total else 0, _skip(views, sent))
+                sent += length
+        self.n_sent += 1
+        self.bytes_sent += total
+
+    def _wait_space(self, need: int) -> None:
+        control, capacity = self.tx_control, self.capacity
+        polls = 0
+        while capacity - (self.head - control[_TAIL]) < need:
+            polls += 1
+            if polls > _SPIN:
+                if self.far_side_gone():
+                    raise TransportClosedError("shm: the other side is gone")
+                _back_off(polls)
+        self.tail_seen = control[_TAIL]
+
+    def _record(self, length: int, flags: int, views: list[memoryview]) -> None:
+        """Write one record holding the first `length` bytes of the views; publish it."""
+        need = _RECORD.size + _pad8(length)
+        position = self.head & self.mask
+        to_end = self.capacity - position
+        data = self.tx_data
+        if to_end < need:  # no record straddles the end: WRAP sends the consumer back to 0
+            self._wait_space(to_end + need)
+            _pack_record(data, position, 0, _WRAP)
+            self.head += to_end
+            position = 0
+        else:
+            self._wait_space(need)
+        _pack_record(data, position, length, flags)
+        offset = position + _RECORD.size
+        remaining = length
+        for view in views:  # gather: copy each part straight into the ring
+            take = min(view.nbytes, remaining)
+            data[offset:offset + take] = view if take == view.nbytes else view[:take]
+            offset += take
+            remaining -= take
+            if not remaining:
+                break
+        self.head += need
+        self.tx_control[_HEAD] = self.head
+
+    # -- consuming ----------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return self.rx_control[0] != self.tail
+
+    def take(self) -> memoryview:
+        """The next message (one is ready); a single record comes back as a view of the ring."""
+        tail = self.tail
+        position = tail & self.mask
+        length, flags = _unpack_record(self.rx_data, position)
+        if not flags:
+            self.tail = tail + 8 + ((length + 7) & ~7)
+            self.n_received += 1
+            self.bytes_received += length
+            return self.rx_data[position + 8:position + 8 + length]
+        return self._take_records()
+
+    def _take_records(self) -> memoryview:
+        control, data, mask = self.rx_control, self.rx_data, self.mask
+        assembled: bytearray | None = None
+        while True:
+            while control[_HEAD] == self.tail:  # a chunked message: the rest is on its way
+                if self.far_side_gone() and control[_HEAD] == self.tail:
+                    raise TransportClosedError("shm: the other side died in the middle of a message")
+            position = self.tail & mask
+            length, flags = _unpack_record(data, position)
+            if flags & _WRAP:
+                self.tail += self.capacity - position
+                control[_TAIL] = self.tail
+                continue
+            end = position + _RECORD.size + length
+            next_tail = self.tail + _RECORD.size + _pad8(length)
+            if assembled is None and not flags & _MORE:
+                self.tail = next_tail  # published at the next receive, so the view stays valid
+                message = data[position + _RECORD.size:end]
+                break
+            if assembled is None:
+                assembled = bytearray()
+            assembled += data[position + _RECORD.size:end]
+            self.tail = next_tail
+            control[_TAIL] = next_tail  # free the chunk now so the producer can go on
+            if not flags & _MORE:
+                message = memoryview(assembled)
+                break
+        self.n_received += 1
+        self.bytes_received += message.nbytes
+        return message
+
+    def close(self, sock_too: bool = True) -> None:
+        self.tx_control[_CLOSED] = 1
+        for view in (self.tx_control, self.tx_data, self.rx_control, self.rx_data):
+            view.release()
+        try:
+            self.memory.close()
+        except BufferError:
+            pass  # a returned view is still alive; the mapping goes when it does
+        if sock_too and self.sock is not None:
+            self.sock.close()
+
+
+def _skip(views: list[memoryview], offset: int) -> list[memoryview]:
+    """The views from byte `offset` on (cheap slices, no copy)."""
+    out = []
+    for view in views:
+        size = view.nbytes
+        if offset >= size:
+            offset -= size
+            continue
+        out.append(view[offset:] if offset else view)
+        offset = 0
+    return out
+
+
+def _back_off(polls: int) -> None:
+    if polls <= _SPIN + _YIELDS:
+        os.sched_yield()
+    else:
+        time.sleep(min(_MAX_SLEEP_S, 0.00002 * (polls - _SPIN - _YIELDS)))
+
+
+def _wait(ready: Callable[[], Any], timeout: float | None, on_idle: Callable[[], None]) -> Any:
+    """Spin on ready(), then back off; None when the timeout passes."""
+    for _ in range(_SPIN):
+        result = ready()
+        if result:
+            return result
+    deadline = None if timeout is None else time.monotonic() + timeout
+    polls = _SPIN
+    while True:
+        result = ready()
+        if result:
+            return result
+        on_idle()
+        if deadline is not None and time.monotonic() >= deadline:
+            return ready() or None
+        polls += 1
+        _back_off(polls)
+
+
+def _socket_name(address: str) -> bytes:
+    name = split_address(address, "shm")
+    if "\0" in name or len(name) > 100:
+        raise AddressError(f"shm address name must be 1-100 characters without NUL, got {address!r}")
+    return b"\0rlbench-shm/" + name.encode()
+
+
+class ShmConnection:
+    def __init__(self, endpoint: _Endpoint, address: str, limit: int) -> None:
+        self._endpoint = endpoint
+        self._address = address
+        self._limit = limit
+        self._closed = False
+
+    def send(self, *parts: Any) -> None:
+        if self._closed:
+            raise TransportClosedError(f"shm connection to {self._address} is closed")
+        self._endpoint.put(parts, self._limit)
+
+    def recv(self, timeout: float | None = None) -> memoryview | None:
+        if self._closed:
+            raise TransportClosedError(f"shm connection to {self._address} is closed")
+        endpoint = self._endpoint
+        control = endpoint.rx_control
+        tail = endpoint.tail
+        control[_TAIL] = tail  # the view returned last time is released now
+        if control[0] == tail:
+            polls = _SPIN
+            while polls and control[0] == tail:
+                polls -= 1
+            if control[0] == tail:
+                if timeout is not None and timeout <= 0:
+                    self._raise_if_gone()
+                    return None
+                if _wait(endpoint.ready, timeout, self._raise_if_gone) is None:
+                    return None
+        return endpoint.take()
+
+    def _raise_if_gone(self) -> None:
+        if self._endpoint.far_side_gone() and not self._endpoint.ready():
+            raise TransportClosedError(f"shm: listener {self._address} closed or died")
+
+    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
+        self.send(*parts)
+        reply = self.recv(timeout)
+        if reply is None:
+            raise TimeoutError(f"shm: no reply from {self._address} within {timeout} s")
+        return reply
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return self._endpoint.stats()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._endpoint.close()
+
+
+class ShmListener:
+    def __init__(self, address: str, ring_bytes: int, limit: int) -> None:
+        self.address = address
+        self._ring_bytes = ring_bytes
+        self._limit = limit
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._server.bind(_socket_name(address))
+        except OSError as exc:
+            self._server.close()
+            raise AddressError(f"shm: cannot listen on {address!r}: {exc.strerror}") from None
+        self._server.listen(64)
+        self._endpoints: dict[int, _Endpoint] = {}
+        self._order: list[tuple[int, _Endpoint]] = []  # round-robin polling order
+        self._turn = 0
+        self._held: _Endpoint | None = None
+        self._next_peer = itertools.count(1)
+        self._lock = threading.Lock()
+        self._arrivals: list[tuple[int, _Endpoint]] = []  # filled by the accept thread
+        self._wake_r, self._wake_w = os.pipe()
+        self._closed = False
+        self._departed: list[_Endpoint] = []  # their counters stay in the listener's stats
+        # The accept thread keeps accepting (and watching peer sockets for EOF) off the polling path,
+        # so polling stays free of syscalls however peers come and go.
+        self._thread = threading.Thread(target=self._accept_loop, name=f"shm-accept {address}", daemon=True)
+        self._thread.start()
+
+    # -- accept thread ------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._server, selectors.EVENT_READ, "accept")
+        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        try:
+            while True:
+                for key, _ in selector.select():
+                    if key.data == "wake":
+                        return
+                    if key.data == "accept":
+                        accepted = self._accept()
+                        if accepted is not None:
+                            selector.register(accepted[0], selectors.EVENT_READ, accepted[1])
+                    else:  # a peer's socket is readable: it only ever becomes so at EOF
+                        key.data.dead = True
+                        selector.unregister(key.fileobj)
+                        key.fileobj.close()
+        finally:
+            for key in list(selector.get_map().values()):
+                if isinstance(key.data, _Endpoint):
+                    key.fileobj.close()
+            selector.close()
+
+    def _accept(self) -> tuple[socket.socket, _Endpoint] | None:
+        try:
+            sock, _ = self._server.accept()
+        except OSError:
+            return None
+        capacity = self._ring_bytes
+        fd = os.memfd_create("rlbench-shm", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, 2 * (_CONTROL_BYTES + capacity))
+            memory = mmap.mmap(fd, 2 * (_CONTROL_BYTES + capacity))
+            peer = next(self._next_peer)
+            socket.send_fds(sock, [_HANDSHAKE.pack(capacity, peer)], [fd])
+        except OSError:
+            sock.close()
+            return None
+        finally:
+            os.close(fd)
+        # The peer produces into the first ring, the listener into the second. The socket belongs to
+        # this thread (it marks the endpoint dead at EOF), so the endpoint gets none to peek at.
+        endpoint = _Endpoint(memory, capacity, tx_base=_CONTROL_BYTES + capacity, rx_base=0, sock=None)
+        with self._lock:
+            self._arrivals.append((peer, endpoint))
+        return sock, endpoint
+
+    # -- polling ------------------------------------------------------------------------------
+    def _admit(self) -> None:
+        with self._lock:
+            arrivals, self._arrivals = self._arrivals, []
+        for peer, endpoint in arrivals:
+            self._endpoints[peer] = endpoint
+        self._order = list(self._endpoints.items())
+
+    def _poll_once(self) -> tuple[int, _Endpoint] | None:
+        order = self._order
+        n = len(order)
+        start = self._turn
+        for i in range(n):  # round-robin, so a busy peer cannot starve the others
+            entry = order[(start + i) % n]
+            endpoint = entry[1]
+            if endpoint.rx_control[0] != endpoint.tail:
+                self._turn = (start + i + 1) % n
+                return entry
+        if self._arrivals:  # a list's truth value: no syscall, however often we poll
+            self._admit()
+        return None
+
+    def _on_idle(self) -> None:
+        """Forget peers that left and whose ring is drained (slow path only)."""
+        gone = [peer for peer, endpoint in self._order if not endpoint.ready() and endpoint.far_side_gone()]
+        for peer in gone:
+            endpoint = self._endpoints.pop(peer)
+            self._departed.append(endpoint)
+            if endpoint is self._held:
+                self._held = None
+            endpoint.close(sock_too=False)
+        if gone:
+            self._order = list(self._endpoints.items())
+
+    def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
+        if self._closed:
+            raise TransportClosedError(f"shm listener {self.address} is closed")
+        held = self._held
+        if held is not None:  # the view returned last time is released now
+            held.rx_control[_TAIL] = held.tail
+        entry = self._poll_once()
+        if entry is None:
+            if timeout is not None and timeout <= 0:
+                self._on_idle()
+                return None
+            entry = _wait(self._poll_once, timeout, self._on_idle)
+            if entry is None:
+                return None
+        peer, endpoint = entry
+        self._held = endpoint
+        return peer, endpoint.take()
+
+    def send(self, peer: int, *parts: Any) -> None:
+        endpoint = self._endpoints.get(peer)
+        if endpoint is None and self._arrivals:
+            self._admit()
+            endpoint = self._endpoints.get(peer)
+        if endpoint is None or endpoint.dead or endpoint.rx_control[_CLOSED]:
+            raise TransportClosedError(f"shm: peer {peer} is not connected to {self.address}")
+        endpoint.put(parts, self._limit)
+
+    @property
+    def peers(self) -> list[int]:
+        if self._arrivals:
+            self._admit()
+        return [peer for peer, endpoint in self._endpoints.items() if not endpoint.dead]
+
+    @property
+    def stats(self) -> dict[str, int]:
+        total = new_stats()
+        for endpoint in [*self._endpoints.values(), *self._departed]:
+            for key, value in endpoint.stats().items():
+                total[key] += value
+        return total
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(timeout=5)
+        self._server.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self._admit()
+        for endpoint in self._endpoints.values():
+            endpoint.close(sock_too=False)
+        self._departed.extend(self._endpoints.values())
+        self._endpoints.clear()
+        self._order = []
+
+
+class ShmTransport:
+    capabilities = TransportCapabilities(max_message_bytes=64 << 20, reliable=True, ordered=True,
+                                         crosses_processes=True, crosses_hosts=False, zero_copy=True)
+
+    def __init__(self, ring_bytes: int = 1 << 20) -> None:
+        if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
+            raise RlbenchError(f"shm ring_bytes must be a power of two >= 4096, got {ring_bytes}")
+        self.ring_bytes = ring_bytes
+
+    def listen(self, address: str | None = None) -> ShmListener:
+        if address is None:
+            address = f"shm://{os.getpid()}-{secrets.token_hex(4)}"
+        return ShmListener(address, self.ring_bytes, self.capabilities.max_message_bytes)
+
+    def connect(self, address: str, timeout: float = 10.0) -> ShmConnection:
+        name = _socket_name(address)
+        deadline = time.monotonic() + timeout
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        while True:  # the listener may still be starting in another process
+            try:
+                sock.connect(name)
+                break
+            except (ConnectionRefusedError, FileNotFoundError) as exc:
+                if time.monotonic() >= deadline:
+                    sock.close()
+                    raise TransportClosedError(f"shm: nothing listens on {address} (within {timeout} s): {exc}") from None
+                time.sleep(0.01)
+        try:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            message, fds, _, _ = socket.recv_fds(sock, _HANDSHAKE.size, 1)
+            sock.settimeout(None)
+        except (socket.timeout, OSError) as exc:
+            sock.close()
+            raise TransportClosedError(f"shm: handshake with {address} failed: {exc}") from None
+        if len(message) != _HANDSHAKE.size or len(fds) != 1:
+            sock.close()
+            for fd in fds:
+                os.close(fd)
+            raise TransportClosedError(f"shm: {address} did not answer the handshake (is it an rlbench shm listener?)")
+        capacity, _peer = _HANDSHAKE.unpack(message)
+        try:
+            memory = mmap.mmap(fds[0], 2 * (_CONTROL_BYTES + capacity))
+        finally:
+            os.close(fds[0])
+        endpoint = _Endpoint(memory, capacity, tx_base=0, rx_base=_CONTROL_BYTES + capacity, sock=sock)
+        return ShmConnection(endpoint, address, self.capabilities.max_message_bytes)

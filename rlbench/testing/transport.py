@@ -1,0 +1,366 @@
+"""check_transport: does a transport move whole messages, in order, to the right peer, and never lose
+one silently? Runs the real transport: a listener here and several peers (one in a spawned process
+when the transport crosses processes), driven through the transport itself.
+
+The peers obey a tiny command set carried in the first byte of each message the listener sends:
+  E echo the message back          U upload messages of the given seeds and sizes, then Z
+  V a pushed message to verify     R make n request() calls        T check recv timeout
+  S report status (JSON)           Q close and exit
+Payloads are derived from a seed (`_payload`), so both sides verify bytes without shipping them twice.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import pickle
+import struct
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from rlbench.errors import RlbenchError
+
+_U32 = struct.Struct("<I")
+_MiB = 1 << 20
+# Sizes around the usual boundaries: tiny, cache lines, Ethernet/UDP payloads, pages, the built-in
+# udp fragment (8168 B) and shm chunk (262136 B), datagram and 64 KiB limits, and multi-MB.
+DEFAULT_SIZES = (0, 1, 2, 7, 8, 9, 63, 64, 65, 1471, 1472, 1473, 4095, 4096, 4097, 8167, 8168, 8169,
+                 16337, 65507, 65536, 65537, 262135, 262136, 262137, 524288, _MiB - 1, _MiB + 9,
+                 3 * _MiB + 7)
+_PEERS = 3
+_REQUESTS = 20
+
+
+def _payload(seed: int, size: int) -> bytes:
+    return np.random.default_rng(seed).bytes(size)
+
+
+def _gather(data: bytes) -> tuple[Any, ...]:
+    """Cut a payload into differently typed parts, to exercise gather-send."""
+    third = len(data) // 3
+    return data[:third], np.frombuffer(data, dtype=np.uint8)[third:2 * third], memoryview(data)[2 * third:]
+
+
+# ------------------------------------------------------------------------------------------------
+# The peer side (a thread here, or a spawned process)
+# ------------------------------------------------------------------------------------------------
+def _run_peer(transport: Any, address: str, index: int, timeout: float) -> dict[str, Any]:
+    errors: list[str] = []
+    pushed: list[int] = []
+    connection = transport.connect(address, timeout=timeout)
+    sent = 0
+    try:
+        connection.send(b"H", _U32.pack(index))
+        sent += 1
+        while True:
+            message = connection.recv(timeout=timeout * 4)
+            if message is None:
+                errors.append(f"peer {index}: nothing from the listener for {timeout * 4} s")
+                break
+            op = bytes(message[:1])
+            if op == b"E":
+                connection.send(message)
+                sent += 1
+            elif op == b"U":
+                values = struct.unpack(f"<{(len(message) - 1) // 4}I", message[1:])
+                first_seed, sizes = values[0], values[1:]
+                for i, size in enumerate(sizes):
+                    connection.send(b"D", _U32.pack(first_seed + i), *_gather(_payload(first_seed + i, size)))
+                connection.send(b"Z")
+                sent += len(sizes) + 1
+            elif op == b"V":
+                (seed,) = _U32.unpack(message[1:5])
+                if bytes(message[5:]) != _payload(seed, len(message) - 5):
+                    errors.append(f"peer {index}: pushed message seed {seed} ({len(message) - 5} B) arrived corrupted")
+                pushed.append(seed)
+            elif op == b"R":
+                (n,) = _U32.unpack(message[1:5])
+                for i in range(n):
+                    body = _U32.pack(i) + _payload(9000 + i, 1 + 97 * i)
+                    reply = connection.request(b"r", body, timeout=timeout)
+                    sent += 1
+                    if bytes(reply) != b"a" + body:
+                        errors.append(f"peer {index}: request {i} got a wrong reply ({len(reply)} B)")
+            elif op == b"T":
+                started = time.monotonic()
+                got = connection.recv(timeout=0.05)
+                waited = time.monotonic() - started
+                ok = got is None and waited < 2.0
+                if not ok:
+                    errors.append(f"peer {index}: recv(timeout=0.05) returned {got!r} after {waited:.3f} s, not None")
+                connection.send(b"t")
+                sent += 1
+            elif op == b"S":
+                status = {"errors": errors, "pushed": pushed, "sent": sent, "stats": dict(connection.stats)}
+                connection.send(b"s", json.dumps(status).encode())
+                sent += 1
+            elif op == b"Q":
+                break
+            else:
+                errors.append(f"peer {index}: unexpected message starting {bytes(message[:8])!r}")
+    finally:
+        connection.close()
+    return {"errors": errors}
+
+
+def _resolve(transport_or_factory: Any) -> Any:
+    """A transport instance (a class or any other callable is a factory)."""
+    if isinstance(transport_or_factory, type) or not hasattr(transport_or_factory, "listen"):
+        return transport_or_factory()
+    return transport_or_factory
+
+
+def _peer_process(transport_pickle: bytes, address: str, index: int, timeout: float, results: Any) -> None:
+    try:
+        transport = _resolve(pickle.loads(transport_pickle))
+        results.put(_run_peer(transport, address, index, timeout))
+    except BaseException as exc:  # reported to the parent, which fails the check with it
+        results.put({"errors": [f"peer {index} (spawned process) failed: {type(exc).__name__}: {exc}"]})
+
+
+# ------------------------------------------------------------------------------------------------
+# The listener side
+# ------------------------------------------------------------------------------------------------
+class _Listener:
+    """The listener under test plus bookkeeping the checks need."""
+
+    def __init__(self, listener: Any, timeout: float) -> None:
+        self.listener = listener
+        self.timeout = timeout
+        self.received = 0
+
+    def next(self, what: str) -> tuple[int, bytes]:
+        item = self.listener.recv(timeout=self.timeout)
+        assert item is not None, f"listener: {what} did not arrive within {self.timeout} s"
+        self.received += 1
+        peer, message = item
+        return peer, bytes(message)
+
+    def status(self, peer: int) -> dict[str, Any]:
+        self.listener.send(peer, b"S")
+        got_peer, reply = self.next("a peer's status report")
+        assert got_peer == peer and reply[:1] == b"s", f"expected a status report from peer {peer}, got {reply[:8]!r} from {got_peer}"
+        return json.loads(reply[1:])
+
+
+def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
+                    sizes: tuple[int, ...] | None = None, timeout: float = 10.0) -> None:
+    """Raise AssertionError naming the first defect found; return quietly when the transport conforms.
+
+    `transport_or_factory`: a Transport, or a callable returning one. For the spawned peer it is
+    pickled (a class, a functools.partial or a plain module-level object all work).
+    """
+    transport = _resolve(transport_or_factory)
+    capabilities = transport.capabilities
+    assert hasattr(capabilities, "max_message_bytes"), "transport.capabilities must be a TransportCapabilities"
+    limit = capabilities.max_message_bytes
+    sizes = tuple(s for s in (DEFAULT_SIZES if sizes is None else sizes) if s <= limit - 5)
+    spawn = cross_process and capabilities.crosses_processes
+
+    listener = transport.listen(None)
+    assert isinstance(listener.address, str) and listener.address, "listener.address must be a non-empty string"
+    side = _Listener(listener, timeout)
+    process = None
+    results: Any = None
+    threads: list[threading.Thread] = []
+    thread_results: list[dict[str, Any]] = []
+    try:
+        first_thread = 0
+        if spawn:
+            context = multiprocessing.get_context("spawn")
+            results = context.Queue()
+            try:
+                spec = pickle.dumps(transport_or_factory)
+            except Exception as exc:
+                raise AssertionError(f"cannot send the transport to a spawned peer (pickle failed: {exc})") from None
+            process = context.Process(target=_peer_process, args=(spec, listener.address, 0, timeout, results),
+                                      daemon=True)
+            process.start()
+            first_thread = 1
+        def peer_thread(index: int) -> None:
+            try:
+                thread_results.append(_run_peer(transport, listener.address, index, timeout))
+            except Exception as exc:  # e.g. the listener closed after a failed check
+                thread_results.append({"errors": [f"peer {index} (thread) failed: {type(exc).__name__}: {exc}"]})
+
+        for index in range(first_thread, _PEERS):
+            thread = threading.Thread(target=peer_thread, args=(index,), daemon=True)
+            thread.start()
+            threads.append(thread)
+
+        # Every peer says hello; peer ids must be distinct and listed.
+        peer_of: dict[int, int] = {}
+        for _ in range(_PEERS):
+            peer, hello = side.next("a peer's hello" + (" (the spawned peer may have failed to start)" if spawn else ""))
+            assert hello[:1] == b"H" and len(hello) == 5, f"hello arrived mangled: {hello!r}"
+            peer_of[_U32.unpack(hello[1:])[0]] = peer
+        assert sorted(peer_of) == list(range(_PEERS)) and len(set(peer_of.values())) == _PEERS, \
+            f"peers and peer ids do not match one to one: {peer_of}"
+        assert set(peer_of.values()) <= set(listener.peers), f"listener.peers {list(listener.peers)} misses {peer_of}"
+
+        _check_timeouts(side, peer_of)
+        main = peer_of[0]
+        _check_upload(side, main, sizes, capabilities.reliable)
+        _check_push(side, main, sizes, capabilities.reliable)
+        _check_routing(side, peer_of)
+        _check_requests(side, main)
+        _check_oversize(transport, side, main, limit)
+        _check_stats(side, main)
+
+        for peer in peer_of.values():
+            listener.send(peer, b"Q")
+        peer_reports = []
+        if process is not None:
+            try:
+                peer_reports.append(results.get(timeout=timeout))
+            except Exception:
+                raise AssertionError("the spawned peer did not report back after being told to quit") from None
+            process.join(timeout)
+            assert process.exitcode == 0, f"the spawned peer exited with code {process.exitcode}"
+        for thread in threads:
+            thread.join(timeout)
+            assert not thread.is_alive(), "a peer thread did not finish after being told to quit"
+        for report in peer_reports + thread_results:
+            assert not report["errors"], "; ".join(report["errors"])
+        _check_close(transport, listener, timeout, capabilities.reliable)
+    finally:
+        listener.close()
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(5)
+        if results is not None:
+            results.close()
+
+
+def _check_timeouts(side: _Listener, peer_of: dict[int, int]) -> None:
+    started = time.monotonic()
+    got = side.listener.recv(timeout=0.05)
+    waited = time.monotonic() - started
+    assert got is None, f"listener.recv(timeout=0.05) with nothing sent returned {got!r}"
+    assert waited < 2.0, f"listener.recv(timeout=0.05) took {waited:.2f} s"
+    for peer in peer_of.values():
+        side.listener.send(peer, b"T")
+        got_peer, reply = side.next("the answer to the timeout check")
+        assert reply == b"t" and got_peer == peer, f"timeout check answered {reply[:8]!r} by {got_peer}, not peer {peer}"
+
+
+def _lost(side: _Listener) -> int:
+    return int(side.listener.stats.get("lost", 0))
+
+
+def _check_upload(side: _Listener, peer: int, sizes: tuple[int, ...], reliable: bool) -> None:
+    """peer -> listener: every size, gathered from mixed parts, verified byte for byte and in order."""
+    first_seed = 1000
+    lost_before = _lost(side)
+    side.listener.send(peer, b"U", struct.pack(f"<{len(sizes) + 1}I", first_seed, *sizes))
+    seeds: list[int] = []
+    while True:
+        got_peer, message = side.next("an uploaded message (or the end marker)")
+        assert got_peer == peer, f"upload from peer {peer} arrived attributed to peer {got_peer}"
+        if message == b"Z":
+            break
+        assert message[:1] == b"D", f"upload arrived mangled: starts {message[:8]!r}"
+        (seed,) = _U32.unpack(message[1:5])
+        assert seed - first_seed in range(len(sizes)), f"upload carries unknown seed {seed}: corrupted header bytes"
+        size = sizes[seed - first_seed]
+        assert len(message) - 5 == size, f"message of {size} B arrived with {len(message) - 5} B"
+        assert message[5:] == _payload(seed, size), f"message of {size} B (seed {seed}) arrived corrupted"
+        assert not seeds or seed > seeds[-1], f"messages reordered: seed {seed} arrived after {seeds[-1]}"
+        seeds.append(seed)
+    expected = list(range(first_seed, first_seed + len(sizes)))
+    if reliable:
+        missing = sorted(set(expected) - set(seeds))
+        assert seeds == expected, f"reliable transport lost {len(missing)} message(s) of sizes {[sizes[s - first_seed] for s in missing]}"
+    else:
+        lost = _lost(side) - lost_before
+        assert len(seeds) + lost == len(sizes), \
+            f"unreliable transport: {len(seeds)} received + {lost} counted lost != {len(sizes)} sent (silent loss)"
+
+
+def _check_push(side: _Listener, peer: int, sizes: tuple[int, ...], reliable: bool) -> None:
+    """listener -> peer, unsolicited (server push): every size, verified by the peer, in order."""
+    first_seed = 5000
+    before = side.status(peer)
+    for i, size in enumerate(sizes):
+        side.listener.send(peer, b"V", _U32.pack(first_seed + i), *_gather(_payload(first_seed + i, size)))
+    after = side.status(peer)
+    assert not after["errors"], "; ".join(after["errors"])
+    pushed = after["pushed"][len(before["pushed"]):]
+    expected = list(range(first_seed, first_seed + len(sizes)))
+    assert pushed == sorted(set(pushed)), f"pushed messages reordered or duplicated: {pushed}"
+    if reliable:
+        assert pushed == expected, f"reliable transport: peer got {len(pushed)} of {len(sizes)} pushed messages"
+    else:
+        lost = after["stats"].get("lost", 0) - before["stats"].get("lost", 0)
+        assert len(pushed) + lost == len(sizes), \
+            f"unreliable transport: {len(pushed)} received + {lost} counted lost != {len(sizes)} pushed (silent loss)"
+
+
+def _check_routing(side: _Listener, peer_of: dict[int, int]) -> None:
+    """Several peers at once: each echo comes back from the peer it was sent to."""
+    for round_ in range(3):
+        for index, peer in peer_of.items():
+            side.listener.send(peer, b"E", _U32.pack(index), _payload(index * 100 + round_, 100 + index))
+        for _ in peer_of:
+            got_peer, message = side.next("an echo")
+            (index,) = _U32.unpack(message[1:5])
+            assert message[:1] == b"E" and message[5:] == _payload(index * 100 + round_, 100 + index), "an echo arrived corrupted"
+            assert got_peer == peer_of[index], f"the reply meant for peer {peer_of[index]} came back as peer {got_peer}"
+
+
+def _check_requests(side: _Listener, peer: int) -> None:
+    side.listener.send(peer, b"R", _U32.pack(_REQUESTS))
+    for i in range(_REQUESTS):
+        got_peer, message = side.next(f"request {i}")
+        assert got_peer == peer and message[:1] == b"r", f"expected request {i} from peer {peer}, got {message[:8]!r}"
+        side.listener.send(got_peer, b"a", message[1:])
+
+
+def _check_oversize(transport: Any, side: _Listener, peer: int, limit: int) -> None:
+    """A message over max_message_bytes is refused with a clear error, and the link still works after.
+    Many parts of one buffer reach the limit without allocating it."""
+    piece = np.zeros(min(limit, 1 << 24), dtype=np.uint8)
+    parts = [piece] * (limit // piece.nbytes + 1)
+    try:
+        side.listener.send(peer, *parts)
+    except (RlbenchError, ValueError) as exc:
+        assert str(exc), "the oversize error has no message"
+    else:
+        raise AssertionError(f"a message of {piece.nbytes * len(parts)} B over max_message_bytes={limit} was accepted")
+    side.listener.send(peer, b"E", b"after-oversize")
+    got_peer, message = side.next("the echo after an oversize refusal")
+    assert message == b"Eafter-oversize" and got_peer == peer, "the link broke after refusing an oversize message"
+
+
+def _check_stats(side: _Listener, peer: int) -> None:
+    stats = side.listener.stats
+    for key in ("messages_sent", "messages_received", "bytes_sent", "bytes_received", "lost"):
+        assert key in stats, f"listener.stats lacks {key!r}"
+    assert stats["messages_received"] >= side.received, \
+        f"listener.stats says {stats['messages_received']} received, but {side.received} were"
+    report = side.status(peer)
+    assert report["stats"]["messages_sent"] == report["sent"], \
+        f"peer's stats say {report['stats']['messages_sent']} sent, but it sent {report['sent']}"
+
+
+def _check_close(transport: Any, listener: Any, timeout: float, reliable: bool) -> None:
+    """A connection learns that its listener closed (reliable transports: an error, not a hang)."""
+    connection = transport.connect(listener.address, timeout=timeout)
+    try:
+        connection.send(b"bye")
+        item = listener.recv(timeout=timeout)
+        assert item is not None and bytes(item[1]) == b"bye", "a late peer's message did not arrive"
+        listener.close()
+        listener.close()  # twice is harmless
+        if reliable:
+            try:
+                got = connection.recv(timeout=timeout)
+            except ConnectionError:
+                return
+            raise AssertionError(f"recv on a connection whose listener closed returned {got!r} instead of raising ConnectionError")
+    finally:
+        connection.close()
+        connection.close()

@@ -1,0 +1,252 @@
+"""The distributed runtime: every placement over every built-in transport, the wire protocol's
+robustness, and the fault cases (dead actor, dead learner, dead replay node, Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import REPO
+from rlbench.config import RunConfig
+from rlbench.registry import load_object
+from rlbench.runner import run
+from rlbench.runtime.rate_limiter import RateLimiter
+from rlbench.runtime.replay_node import NodeSettings, ReplayNode
+from rlbench.wire import Op, decode, encode, read_text, text
+
+SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
+
+
+def short_config(**kw) -> RunConfig:
+    defaults = dict(steps=800, eval_episodes=1, hyperparameters=dict(SHORT))
+    defaults.update(kw)
+    return RunConfig(**defaults)
+
+
+def rlb_processes() -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                name = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if name.startswith("rlb-"):
+                found.append((int(entry.name), name))
+    return found
+
+
+def kill_role_when_running(name: str, after_s: float, killed: list) -> threading.Thread:
+    def worker():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            pids = [pid for pid, comm in rlb_processes() if comm == name]
+            if pids:
+                time.sleep(after_s)
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    before_shm = set(os.listdir("/dev/shm"))
+    yield
+    deadline = time.monotonic() + 10
+    while rlb_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert rlb_processes() == [], "role processes outlived the run"
+    assert set(os.listdir("/dev/shm")) - before_shm == set(), "shared memory left in /dev/shm"
+
+
+@pytest.mark.parametrize("placement", ["server", "in-network"])
+@pytest.mark.parametrize("transport", ["shm", "tcp", "udp"])
+def test_every_placement_over_every_transport(placement, transport):
+    result = run(short_config(placement=placement, transport=transport, actors=2))
+    assert result["status"] == "complete", result["status_reason"]
+    acc = result["accounting"]
+    assert acc["balanced"] and acc["dropped"] == 0 and acc["produced"] >= 800
+    assert result["throughput"]["updates"] > 0
+    latency = result["latency"]
+    for op in ("replay.INSERT", "replay.SAMPLE", "replay.UPDATE_PRIORITIES", "weights.FETCH", "weights.PUBLISH"):
+        assert latency[op]["count"] > 0, op
+    roles = result["loop"]["roles"]
+    assert {"replay", "learner", "actor-0", "actor-1"} <= set(roles)
+    for role in ("learner", "actor-0", "actor-1"):
+        assert roles[role]["cpu_s"] > 0 and roles[role]["link"]["bytes_sent"] > 0
+    limiter = result["loop"]["rate_limiter"]
+    assert limiter["samples_per_insert_achieved"] > 0
+    assert set(result["loop"]["weights_staleness"]) == {"actor-0", "actor-1"}
+    if placement == "in-network":
+        assert latency["replay_node.push.BATCH"]["count"] > 0
+    else:
+        assert "replay_node.push.BATCH" not in latency
+
+
+def test_local_placement_is_still_the_baseline():
+    result = run(short_config(placement="local"))
+    assert result["status"] == "complete" and result["accounting"]["balanced"]
+    assert "replay.sample" in result["latency"]
+
+
+def test_rate_limiter_holds_the_samples_per_insert_ratio():
+    limiter = RateLimiter(samples_per_insert=4.0, min_size_to_sample=10, error_buffer=8.0)
+    assert not limiter.can_sample(2, size=5)  # below the minimum size
+    limiter.inserted(10)
+    assert limiter.can_sample(8, size=10) and not limiter.can_sample(9, size=10)
+    limiter.sampled(8)
+    assert limiter.can_insert(4) and not limiter.can_insert(5)  # inserts may lead by the error buffer only
+    limiter.inserted(4)
+    limiter.sampled(16)
+    assert limiter.achieved() == pytest.approx(24 / 14)
+
+
+# ------------------------------------------------------------------------ a node under bad input
+def serve_in_thread(transport_name: str):
+    from rlbench.builtin.replay import UniformReplay
+
+    transport = load_object(f"rlbench.builtin.transports.{transport_name}:{transport_name.capitalize()}Transport")()
+    listener = transport.listen(None)
+    memory = UniformReplay(1000, seed=0)
+    node = ReplayNode(listener, memory, RateLimiter(1.0, 1, 1e9),
+                      NodeSettings(placement="server", total_steps=10**9, batch_size=4, max_message_bytes=1 << 20))
+    thread = threading.Thread(target=node.serve, daemon=True)
+    thread.start()
+    return transport, listener, node, thread
+
+
+def valid_insert(n=8):
+    return {"obs": np.ones((n, 4), np.float32), "action": np.zeros(n, np.int64), "reward": np.ones(n, np.float32),
+            "next_obs": np.ones((n, 4), np.float32), "done": np.zeros(n, np.float32), "produced": np.int64(n)}
+
+
+@pytest.mark.parametrize("transport_name", ["tcp", "inproc"])
+def test_malformed_messages_get_errors_and_the_node_keeps_serving(transport_name):
+    transport, listener, node, thread = serve_in_thread(transport_name)
+    conn = transport.connect(listener.address)
+    try:
+        good = b"".join(bytes(memoryview(p).cast("B")) for p in encode(Op.INSERT, valid_insert(), 5))
+        bad_messages = {
+            "garbage": b"hello, replay node",
+            "truncated": good[: len(good) // 2],
+            "bad version": good[:2] + bytes([99]) + good[3:],
+            "unknown op": good[:3] + bytes([200]) + good[4:],
+            "oversize": b"RB" + bytes(2 << 20),
+        }
+        for label, message in bad_messages.items():
+            op, _, arrays = decode(conn.request(message, timeout=10))
+            assert op == Op.ERROR, label
+            assert read_text(arrays["message"]), label
+        # well-formed but semantically wrong: an INSERT without its fields, a SAMPLE with batch 0
+        op, _, arrays = decode(conn.request(*encode(Op.INSERT, {"obs": np.ones((2, 4), np.float32)}, 6), timeout=10))
+        assert op == Op.ERROR and "lacks" in read_text(arrays["message"])
+        op, _, arrays = decode(conn.request(*encode(Op.SAMPLE, {"batch_size": np.int64(0), "beta": np.float64(0.4)}, 7), timeout=10))
+        assert op == Op.ERROR and "batch_size" in read_text(arrays["message"])
+        # and it still serves
+        op, request_id, arrays = decode(conn.request(*encode(Op.INSERT, valid_insert(), 8), timeout=10))
+        assert op == Op.OK and request_id == 8 and int(arrays["stored"]) == 8
+        op, _, arrays = decode(conn.request(*encode(Op.SAMPLE, {"batch_size": np.int64(4), "beta": np.float64(0.4)}, 9), timeout=10))
+        assert op == Op.BATCH and arrays["obs"].shape == (4, 4)
+        # a retried INSERT (same request id) is not stored twice
+        decode(conn.request(*encode(Op.INSERT, valid_insert(), 8), timeout=10))
+        counters = node.recorder.counters
+        assert counters["malformed"] == 5 and counters["rejected_requests"] == 2 and counters["duplicate_inserts"] == 1
+        assert node.state.stored == 8
+    finally:
+        conn.request(*encode(Op.SHUTDOWN, {}, 99), timeout=10)
+        thread.join(timeout=10)
+        conn.close()
+        listener.close()
+    assert not thread.is_alive()
+
+
+def test_fuzzed_messages_never_stop_the_node():
+    transport, listener, node, thread = serve_in_thread("inproc")
+    conn = transport.connect(listener.address)
+    good = bytearray(b"".join(bytes(memoryview(p).cast("B")) for p in encode(Op.INSERT, valid_insert(), 5)))
+    rng = np.random.default_rng(0)
+    try:
+        for i in range(300):
+            message = bytearray(good)
+            for position in rng.integers(4, len(message), size=rng.integers(1, 6)):  # the op byte stays: no SHUTDOWN
+                message[position] = rng.integers(0, 256)
+            reply = conn.request(bytes(message), timeout=10)
+            assert decode(reply)[0] in (Op.OK, Op.ERROR)
+        assert thread.is_alive()
+    finally:
+        conn.request(*encode(Op.SHUTDOWN, {}, 99), timeout=10)
+        thread.join(timeout=10)
+        conn.close()
+        listener.close()
+
+
+# ------------------------------------------------------------------------------------- faults
+def test_a_dead_actor_is_reported_and_the_run_continues():
+    killed: list = []
+    kill_role_when_running("rlb-actor-1", after_s=4.0, killed=killed)
+    result = run(short_config(placement="server", transport="tcp", actors=2, steps=2500))
+    assert killed, "the actor was never seen running"
+    assert result["status"] == "complete"
+    assert any("actor-1 died" in f for f in result["loop"]["failures"])
+    assert any("actor-1 died" in n for n in result["notes"])
+    assert result["throughput"]["env_steps"] >= 2500  # actor-0 carried on to the budget
+    assert result["accounting"]["balanced"]
+
+
+def test_a_dead_actor_stops_the_run_when_asked():
+    killed: list = []
+    kill_role_when_running("rlb-actor-0", after_s=4.0, killed=killed)
+    result = run(short_config(placement="server", transport="tcp", actors=2, steps=100_000,
+                              on_actor_failure="stop"))
+    assert killed and result["status"] == "incomplete"
+    assert "actor-0 died and --on-actor-failure is stop" in result["status_reason"]
+
+
+@pytest.mark.parametrize("role", ["rlb-learner", "rlb-replay"])
+def test_a_dead_learner_or_replay_node_stops_the_run_cleanly(role):
+    killed: list = []
+    kill_role_when_running(role, after_s=4.0, killed=killed)
+    t0 = time.monotonic()
+    result = run(short_config(placement="server", transport="tcp", actors=1, steps=100_000))
+    assert killed and result["status"] == "incomplete"
+    assert ("learner died" if role == "rlb-learner" else "replay node died") in result["status_reason"]
+    assert time.monotonic() - t0 < 90
+
+
+def test_ctrl_c_stops_every_process_and_writes_an_incomplete_result(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "rlbench", "run", "--placement", "in-network", "--transport", "shm",
+                             "--actors", "2", "--steps", "1000000", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len([p for p in rlb_processes() if p[1].startswith("rlb-actor")]) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    saved = json.loads(next(out.glob("*.json")).read_text())
+    assert saved["status"] == "incomplete" and saved["status_reason"] == "interrupted (Ctrl-C)"
+    assert saved["accounting"]["balanced"]

@@ -1,0 +1,194 @@
+"""The built-in transports pass the conformance kit, and the kit catches real defects."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+import pytest
+
+import rlbench
+from rlbench.builtin.transports._framing import AddressError, MessageTooLargeError
+from rlbench.builtin.transports.inproc import InprocTransport
+from rlbench.builtin.transports.shm import ShmTransport, probe
+from rlbench.builtin.transports.tcp import TcpTransport
+from rlbench.builtin.transports.udp import UdpTransport
+from rlbench.testing.transport import check_transport
+
+BUILTIN = {"inproc": InprocTransport, "shm": ShmTransport, "tcp": TcpTransport, "udp": UdpTransport}
+needs_shm = pytest.mark.skipif(not probe().available, reason=f"shm unavailable: {probe().reason}")
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_builtin_passes_the_kit(name):
+    if name == "shm" and not probe().available:
+        pytest.skip(probe().reason)
+    check_transport(BUILTIN[name])  # cross-process where the transport crosses processes
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_capabilities_match_the_registration(name):
+    registered = rlbench.get_registry().get("transport", name)
+    assert BUILTIN[name].capabilities == registered.capabilities
+
+
+def test_small_shm_ring_chunks_messages_larger_than_the_ring():
+    if not probe().available:
+        pytest.skip(probe().reason)
+    check_transport(ShmTransport(ring_bytes=4096), cross_process=False, sizes=(0, 1, 1015, 1016, 1017, 4096, 100_000))
+
+
+def test_small_udp_datagrams_fragment_and_reassemble():
+    check_transport(UdpTransport(datagram_bytes=512), cross_process=False, sizes=(0, 487, 488, 489, 5000, 300_000))
+
+
+# --------------------------------------------------------------------------------------------
+# Deliberately broken transports: the kit must reject each one.
+# Module-level classes, so a spawned peer could unpickle them too.
+# --------------------------------------------------------------------------------------------
+class _Proxy:
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _BrokenConnection(_Proxy):
+    def __init__(self, inner, defect):
+        super().__init__(inner)
+        self._defect = defect
+        self._count = 0
+        self._held = None
+
+    def send(self, *parts):
+        self._count += 1
+        message = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+        if self._defect == "drop" and self._count == 5:
+            return  # silently: no error, no counter
+        if self._defect == "corrupt" and self._count == 6 and len(message) > 10:
+            message = bytearray(message)
+            message[len(message) // 2] ^= 0x01
+        if self._defect == "reorder" and self._count == 5:
+            self._held = message
+            return
+        self._inner.send(message)
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._inner.send(held)
+
+    def request(self, *parts, timeout=None):
+        self.send(*parts)
+        return self._inner.recv(timeout)
+
+
+class _BrokenListener(_Proxy):
+    def __init__(self, inner, defect):
+        super().__init__(inner)
+        self._defect = defect
+        self._pushes = 0
+
+    def send(self, peer, *parts):
+        if self._defect == "corrupt-push" and bytes(parts[0][:1]) == b"V":
+            self._pushes += 1
+            if self._pushes == 3:
+                message = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+                parts = (message[:-1] + bytes([message[-1] ^ 0x80]),)
+        self._inner.send(peer, *parts)
+
+
+class BrokenTransport:
+    def __init__(self, inner, defect):
+        self._inner = inner
+        self._defect = defect
+        self.capabilities = inner.capabilities
+
+    def listen(self, address=None):
+        return _BrokenListener(self._inner.listen(address), self._defect)
+
+    def connect(self, address, timeout=10.0):
+        return _BrokenConnection(self._inner.connect(address, timeout), self._defect)
+
+
+@pytest.mark.parametrize("defect, inner, message", [
+    ("reorder", TcpTransport(), "reordered"),
+    ("corrupt", TcpTransport(), "corrupted"),
+    ("drop", TcpTransport(), "lost 1 message"),
+    ("drop", UdpTransport(), "silent loss"),
+    ("corrupt-push", InprocTransport(), "corrupted"),
+])
+def test_the_kit_catches_a_broken_transport(defect, inner, message):
+    with pytest.raises(AssertionError, match=message):
+        check_transport(BrokenTransport(inner, defect), cross_process=False, timeout=3.0)
+
+
+def test_the_kit_passes_the_unbroken_wrapper():
+    check_transport(BrokenTransport(TcpTransport(), "none"), cross_process=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Transport-specific behaviour
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["inproc", "tcp", "udp"] + (["shm"] if probe().available else []))
+def test_oversize_is_refused_with_a_clear_error(name):
+    transport = BUILTIN[name]()
+    listener = transport.listen()
+    connection = transport.connect(listener.address, timeout=5)
+    try:
+        piece = bytes(1 << 20)
+        parts = [piece] * (transport.capabilities.max_message_bytes // len(piece) + 1)
+        with pytest.raises(MessageTooLargeError, match="max_message_bytes"):
+            connection.send(*parts)
+    finally:
+        connection.close()
+        listener.close()
+
+
+@pytest.mark.parametrize("name, address", [("tcp", "udp://127.0.0.1:1"), ("udp", "localhost"),
+                                           ("shm", "tcp://x"), ("inproc", "")])
+def test_bad_address_is_a_clear_error(name, address):
+    with pytest.raises(AddressError, match=name):
+        BUILTIN[name]().listen(address)
+
+
+@needs_shm
+def test_shm_leaves_nothing_on_disk_and_notices_a_vanished_peer():
+    before = set(os.listdir("/dev/shm"))
+    transport = ShmTransport()
+    listener = transport.listen()
+    connection = transport.connect(listener.address, timeout=5)
+    connection.send(b"ping")
+    peer, message = listener.recv(timeout=5)
+    assert bytes(message) == b"ping"
+    assert set(os.listdir("/dev/shm")) == before  # memfd + abstract socket: no names anywhere
+    connection.close()
+    assert listener.recv(timeout=0.2) is None
+    assert peer not in listener.peers
+    listener.close()
+
+
+def test_udp_counts_gaps_and_stalled_reassemblies_as_lost():
+    listener = UdpTransport(reassembly_timeout_s=0.1).listen()
+    _, port = listener.address.rsplit(":", 1)
+    raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    header = struct.Struct("<HBBIIIII")
+    try:
+        def datagram(seq, index, count, payload, total=None):
+            raw.sendto(header.pack(0x5242, 1, 0, seq, index, count, total or len(payload), 1000) + payload,
+                       ("127.0.0.1", int(port)))
+
+        datagram(0, 0, 1, b"a")
+        datagram(3, 0, 1, b"d")  # 1 and 2 never sent
+        assert bytes(listener.recv(timeout=5)[1]) == b"a"
+        assert bytes(listener.recv(timeout=5)[1]) == b"d"
+        assert listener.stats["lost"] == 2
+        datagram(4, 0, 3, b"x" * 1000, total=2500)  # fragments 1 and 2 never come
+        assert listener.recv(timeout=0.5) is None
+        stats = listener.stats
+        assert stats["lost"] == 3 and stats["reassembly_timeouts"] == 1
+        datagram(5, 0, 1, b"f")
+        assert bytes(listener.recv(timeout=5)[1]) == b"f" and listener.stats["lost"] == 3
+    finally:
+        raw.close()
+        listener.close()
