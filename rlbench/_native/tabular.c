@@ -4,9 +4,9 @@
  * overhead is paid once per batch. Transition i sees every update of transitions < i: this is the
  * sequential semantics a PIM or FPGA engine is compared against.
  *
- * The Python layer (rlbench.builtin.tabular_cpu) validates and converts every batch; this module
- * still checks buffer formats, lengths and index ranges itself, before touching the table, so a
- * direct call with bad arrays raises instead of writing out of bounds.
+ * The Python layer (rlbench.builtin.tabular_cpu) checks keys, dtypes and shapes and converts each
+ * batch; this module checks buffer formats and lengths again and every index's range in a first
+ * pass, before touching the table, so no call can write out of bounds or half-apply a batch.
  *
  * Build flags matter for exactness: -std=c11 keeps GCC from contracting a*b+c into an FMA, so the
  * arithmetic matches a float64 Python reference bit for bit.
@@ -35,12 +35,12 @@ static int format_ok(const Py_buffer *view, int which) {
     case DONE:
         return view->itemsize == 1 && (code == 'B' || code == '?' || code == 'b');
     default:
-        return view->itemsize == 4 && (code == 'i' || code == 'l');
+        return view->itemsize == 8 && (code == 'l' || code == 'q');
     }
 }
 
 static const char *format_expected(int which) {
-    return which == Q || which == REWARD ? "float64" : which == DONE ? "uint8" : "int32";
+    return which == Q || which == REWARD ? "float64" : which == DONE ? "uint8" : "int64";
 }
 
 static void release_all(Py_buffer *views, const int *held) {
@@ -49,14 +49,14 @@ static void release_all(Py_buffer *views, const int *held) {
 }
 
 /* Returns the first out-of-range (array index, row) or row -1 when every index is in range. */
-static Py_ssize_t first_bad_row(const int32_t *a, Py_ssize_t n, int32_t limit) {
+static Py_ssize_t first_bad_row(const int64_t *a, Py_ssize_t n, int64_t limit) {
     for (Py_ssize_t i = 0; i < n; i++)
         if (a[i] < 0 || a[i] >= limit) return i;
     return -1;
 }
 
-static void apply(double *q, Py_ssize_t n_actions, const int32_t *obs, const int32_t *action,
-                  const double *reward, const int32_t *next_obs, const int32_t *next_action,
+static void apply(double *q, Py_ssize_t n_actions, const int64_t *obs, const int64_t *action,
+                  const double *reward, const int64_t *next_obs, const int64_t *next_action,
                   const uint8_t *done, Py_ssize_t n, int sarsa, double alpha, double gamma, long sweeps) {
     for (long sweep = 0; sweep < sweeps; sweep++) {
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -82,7 +82,7 @@ static void apply(double *q, Py_ssize_t n_actions, const int32_t *obs, const int
 PyDoc_STRVAR(td_update_doc,
 "td_update(q, obs, action, reward, next_obs, next_action, done, sarsa, alpha, gamma, sweeps)\n\n"
 "Apply `sweeps` in-order passes of TD updates to q (float64, C-contiguous, 2-D) in place.\n"
-"Index arrays are int32, reward float64, done uint8; next_action may be None unless sarsa.\n"
+"Index arrays are int64, reward float64, done uint8; next_action may be None unless sarsa.\n"
 "Returns None, or (name, row, value) for the first out-of-range index (q is then untouched).");
 
 static PyObject *td_update(PyObject *self, PyObject *args) {
@@ -126,8 +126,8 @@ static PyObject *td_update(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t n_states = views[Q].shape[0], n_actions = views[Q].shape[1];
-    if (n_states < 1 || n_actions < 1 || n_states > INT32_MAX || n_actions > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "q must have between 1 and 2**31-1 states and actions");
+    if (n_states < 1 || n_actions < 1) {
+        PyErr_SetString(PyExc_ValueError, "q must have at least one state and one action");
         release_all(views, held);
         return NULL;
     }
@@ -141,16 +141,16 @@ static PyObject *td_update(PyObject *self, PyObject *args) {
         }
     }
 
-    const int32_t *obs = views[OBS].buf, *action = views[ACTION].buf, *next_obs = views[NEXT_OBS].buf;
-    const int32_t *next_action = held[NEXT_ACTION] ? views[NEXT_ACTION].buf : NULL;
-    struct { int which; const int32_t *a; Py_ssize_t limit; } checks[] = {
+    const int64_t *obs = views[OBS].buf, *action = views[ACTION].buf, *next_obs = views[NEXT_OBS].buf;
+    const int64_t *next_action = held[NEXT_ACTION] ? views[NEXT_ACTION].buf : NULL;
+    struct { int which; const int64_t *a; Py_ssize_t limit; } checks[] = {
         {OBS, obs, n_states}, {ACTION, action, n_actions}, {NEXT_OBS, next_obs, n_states},
         {NEXT_ACTION, sarsa ? next_action : NULL, n_actions}};
     for (size_t c = 0; c < sizeof checks / sizeof checks[0]; c++) {
         if (checks[c].a == NULL) continue;
-        Py_ssize_t row = first_bad_row(checks[c].a, n, (int32_t)checks[c].limit);
+        Py_ssize_t row = first_bad_row(checks[c].a, n, (int64_t)checks[c].limit);
         if (row >= 0) {
-            PyObject *bad = Py_BuildValue("(sni)", NAMES[checks[c].which], row, (int)checks[c].a[row]);
+            PyObject *bad = Py_BuildValue("(snL)", NAMES[checks[c].which], row, (long long)checks[c].a[row]);
             release_all(views, held);
             return bad;
         }

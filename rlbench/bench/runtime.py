@@ -1,0 +1,94 @@
+"""End-to-end runtime benchmarks: placement (local / server / in-network) and actor scaling.
+
+Both run the real runner on the same job in one invocation and print peers side by side.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+PAPER_IN_NETWORK = "paper: in-network -21.9 % to -29.1 % prioritized-sampling communication"
+
+
+def _run(**kw):
+    from rlbench.config import RunConfig
+    from rlbench.runner import run
+
+    return run(RunConfig(eval_episodes=0, **kw))
+
+
+def _sample_latency(result) -> dict:
+    latency = result["latency"]
+    return latency.get("replay.SAMPLE") or latency.get("replay.sample") or {}
+
+
+@click.command("placement")
+@click.option("--transport", default="shm", show_default=True, help="Transport for server and in-network.")
+@click.option("--replay", default="prioritized", show_default=True)
+@click.option("--steps", type=int, default=6000, show_default=True)
+@click.option("--actors", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def placement_command(transport: str, replay: str, steps: int, actors: int, seed: int, as_json: bool) -> None:
+    """Replay SAMPLE latency as the learner sees it, under local / server / in-network, same job.
+
+    The learner trains every env step (samples-per-insert = batch size), so it is the bottleneck and
+    sampling is never held by the rate limiter: the latency measured is the replay access itself."""
+    hp = {"learning_starts": 500, "batch_size": 64, "train_every": 1, "publish_every": 10}
+    rows = []
+    for placement in ("local", "server", "in-network"):
+        result = _run(placement=placement, transport=transport, replay=replay, steps=steps, seed=seed,
+                      actors=1 if placement == "local" else actors, hyperparameters=dict(hp))
+        sample = _sample_latency(result)
+        rows.append({"placement": placement, "transport": "-" if placement == "local" else transport,
+                     "status": result["status"], "env_steps_per_s": result["throughput"]["env_steps_per_s"],
+                     "updates_per_s": result["throughput"]["updates_per_s"],
+                     "sample_p50_us": sample.get("p50"), "sample_p99_us": sample.get("p99"),
+                     "sample_count": sample.get("count", 0)})
+    server, in_network = rows[1], rows[2]
+    reduction = {q: (1 - in_network[f"sample_{q}_us"] / server[f"sample_{q}_us"]) * 100
+                 for q in ("p50", "p99") if server.get(f"sample_{q}_us") and in_network.get(f"sample_{q}_us")}
+    if as_json:
+        click.echo(json.dumps({"rows": rows, "in_network_vs_server_reduction_pct": reduction}, indent=2))
+        return
+    click.echo(f"DQN CartPole-v1, {steps} env steps, replay {replay}, learner-bound (train every step, batch 64)")
+    click.echo(f"{'placement':<11} {'transport':<9} {'env steps/s':>11} {'updates/s':>10} {'SAMPLE p50 us':>14} {'p99 us':>10}")
+    for r in rows:
+        click.echo(f"{r['placement']:<11} {r['transport']:<9} {r['env_steps_per_s']:>11,.0f} {r['updates_per_s']:>10,.0f} "
+                   f"{r['sample_p50_us'] or float('nan'):>14.1f} {r['sample_p99_us'] or float('nan'):>10.1f}")
+    for q, pct in reduction.items():
+        click.echo(f"in-network vs server, SAMPLE {q}: {-pct:+.1f} %   ({PAPER_IN_NETWORK})")
+
+
+@click.command("actors")
+@click.option("--transport", default="shm", show_default=True)
+@click.option("--placement", type=click.Choice(["server", "in-network"]), default="server", show_default=True)
+@click.option("--max-actors", type=int, default=4, show_default=True)
+@click.option("--steps-per-actor", type=int, default=6000, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def actors_command(transport: str, placement: str, max_actors: int, steps_per_actor: int, as_json: bool) -> None:
+    """Env steps/s against the number of actor processes, with the learner rate-limited to a light
+    load (one batch of 32 per 64 env steps), so the actors are the bottleneck (EMC2'20's sweep)."""
+    hp = {"learning_starts": 500, "batch_size": 32, "train_every": 64, "publish_every": 5}
+    rows = []
+    for actors in range(1, max_actors + 1):
+        result = _run(placement=placement, transport=transport, actors=actors, steps=steps_per_actor * actors,
+                      hyperparameters=dict(hp))
+        actor_roles = [r for name, r in result["loop"]["roles"].items() if name.startswith("actor-")]
+        rows.append({"actors": actors, "env_steps_per_s": result["throughput"]["env_steps_per_s"],
+                     "actor_cpu_s": sum(r["cpu_s"] for r in actor_roles),
+                     "achieved_samples_per_insert": result["loop"]["rate_limiter"]["samples_per_insert_achieved"],
+                     "status": result["status"]})
+    base = rows[0]["env_steps_per_s"]
+    for r in rows:
+        r["speedup_vs_1"] = r["env_steps_per_s"] / base if base else float("nan")
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"DQN CartPole-v1 over {transport}, placement {placement}; learner rate-limited to 0.5 samples/insert")
+    click.echo(f"{'actors':>6} {'env steps/s':>12} {'x 1 actor':>10} {'actor cpu s':>12} {'achieved SPI':>13}")
+    for r in rows:
+        click.echo(f"{r['actors']:>6} {r['env_steps_per_s']:>12,.0f} {r['speedup_vs_1']:>10.2f} {r['actor_cpu_s']:>12.1f} "
+                   f"{r['achieved_samples_per_insert']:>13.3f}")
