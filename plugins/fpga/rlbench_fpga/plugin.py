@@ -1,0 +1,67 @@
+"""rlbench hooks of the fpga plugin. Cheap to import: no pyopencl until a component is built or probed."""
+
+from __future__ import annotations
+
+from rlbench.hookspecs import hookimpl
+from rlbench.protocols import ComputeCapabilities, Probe, ReplayCapabilities, probe_modules
+
+LEARNER_NOTE = "learner runs on torch CPU"
+COMPUTE_CAPABILITIES = ComputeCapabilities(
+    roles=frozenset({"dqn:actor", "ddpg:actor", "dqn:learner", "ddpg:learner", "qlearning:tabular", "sarsa:tabular"}),
+    device="opencl",
+    does_not=f"no OpenCL training kernels: the dqn/ddpg {LEARNER_NOTE} (torch.device('cpu')); the OpenCL "
+             "kernels run actor MLP inference and tabular Q-learning/SARSA updates",
+)
+REPLAY_CAPABILITIES = ReplayCapabilities(prioritized=True, device="opencl")
+
+
+@hookimpl
+def rlbench_register_replay_memories(register):
+    register("fpga", "rlbench_fpga.replay:FpgaReplay", probe="rlbench_fpga.plugin:probe",
+             capabilities=REPLAY_CAPABILITIES,
+             description="PEARL K-ary sum-tree prioritized replay as OpenCL FPGA kernels (board, FPGA emulator or PoCL)")
+
+
+@hookimpl
+def rlbench_register_compute_backends(register):
+    register("fpga", "rlbench_fpga.compute:FpgaCompute", probe="rlbench_fpga.plugin:probe",
+             capabilities=COMPUTE_CAPABILITIES,
+             description=f"OpenCL FPGA kernels for actor MLP inference and tabular TD; {LEARNER_NOTE}")
+
+
+@hookimpl
+def rlbench_register_run_options(option):
+    option("replay", "fpga", "--fpga-fanout", "fanout", type=int, default=16,
+           help="children per sum-tree node (K); the depth is the smallest that holds the capacity")
+
+
+@hookimpl
+def rlbench_register_commands(cli):
+    from rlbench_fpga.cli import fpga
+
+    cli.add_command(fpga)
+
+
+@hookimpl
+def rlbench_fingerprint():
+    if not probe_modules("pyopencl").available:
+        return {"available": False, "reason": "python module 'pyopencl' not installed: pip install pyopencl mako"}
+    from rlbench_fpga.device import fingerprint
+
+    return fingerprint()
+
+
+def probe() -> Probe:
+    found = probe_modules("numpy", "pyopencl", "mako", hint="pip install -e plugins/fpga (pulls pyopencl and mako)")
+    if not found.available:
+        return found
+    from rlbench_fpga.device import OpenclDeviceError, choose, describe
+
+    try:
+        device, why = choose()
+    except OpenclDeviceError as error:
+        return Probe.missing(str(error))
+    info = describe(device)
+    mode = f"emulation: {info.emulation_kind}" if info.emulation else "FPGA board"
+    return Probe.ok(f"{info.device} [{info.type}] on {info.platform} ({mode})")
+

@@ -1,0 +1,79 @@
+"""The fpga replay memory, run for real on the chosen OpenCL device (PoCL in CI)."""
+
+import numpy as np
+import pytest
+
+from rlbench.errors import RlbenchError
+from rlbench.plugins import get_registry
+from rlbench.testing import check_replay_memory
+from rlbench_fpga.replay import FpgaReplay, tree_shape
+
+
+@pytest.mark.parametrize("fanout, depth, alpha", [(16, None, 0.6), (2, None, 0.5), (3, 6, 1.0)])
+def test_conformance_kit(fanout, depth, alpha):
+    report = check_replay_memory(lambda capacity: FpgaReplay(capacity, alpha=alpha, seed=3, fanout=fanout, depth=depth))
+    assert report["prioritized"] and min(report["p_values"]) >= 1e-6
+
+
+def test_registered_factory_builds_the_memory():
+    memory = get_registry().get("replay", "fpga").create(capacity=100, alpha=0.6, seed=0, fanout=4)
+    assert isinstance(memory, FpgaReplay) and memory.depth == 4 and memory.capabilities.device == "opencl"
+
+
+def test_tree_shape_and_refusals():
+    assert tree_shape(1_000_000, 16, None)[0] == 5
+    assert tree_shape(17, 4, None)[1] == [0, 1, 5, 21]
+    with pytest.raises(RlbenchError, match="depth 2 gives 16 leaves"):
+        FpgaReplay(100, fanout=4, depth=2)
+    with pytest.raises(RlbenchError, match="fanout must be at least 2"):
+        FpgaReplay(100, fanout=1)
+
+
+def _cartpole(rng, n):
+    return {"obs": rng.standard_normal((n, 4)).astype(np.float32), "action": rng.integers(0, 2, n),
+            "done": rng.random(n) < 0.1}
+
+
+def test_priorities_match_a_float64_reference_after_many_updates():
+    rng = np.random.default_rng(0)
+    memory = FpgaReplay(5000, alpha=0.6, seed=0, fanout=8)
+    raw = rng.exponential(1.0, 5000)
+    memory.add(_cartpole(rng, 5000), raw)
+    for _ in range(20):
+        indices = rng.integers(0, 5000, 256)
+        priorities = rng.exponential(1.0, 256)
+        memory.update_priorities(indices, priorities)
+        for index, priority in zip(indices, priorities):  # in order: a repeated index keeps its last value
+            raw[index] = priority
+    expected = raw ** 0.6
+    got = memory.priorities(np.arange(5000))
+    assert np.max(np.abs(got - expected) / expected) < 1e-5
+    stats = memory.stats()
+    assert stats["total_priority"] == pytest.approx(expected.sum(), rel=1e-4)
+    assert stats["min_priority"] == pytest.approx(expected.min(), rel=1e-5)
+
+
+def test_duplicate_indices_resolve_to_the_last_priority():
+    memory = FpgaReplay(16, alpha=1.0, seed=0, fanout=2)
+    memory.add(_cartpole(np.random.default_rng(1), 16), np.ones(16))
+    memory.update_priorities(np.array([3, 5, 3, 3]), np.array([7.0, 2.0, 9.0, 4.0]))
+    np.testing.assert_allclose(memory.priorities(np.array([3, 5])), [4.0, 2.0])
+
+
+def test_sampled_rows_and_weights_come_back_from_the_device():
+    rng = np.random.default_rng(2)
+    memory = FpgaReplay(1000, alpha=0.6, seed=0)
+    batch = _cartpole(rng, 1000)
+    memory.add(batch, rng.exponential(1.0, 1000) + 0.01)
+    sample = memory.sample(256, 0.4)
+    np.testing.assert_array_equal(sample.transitions["obs"], batch["obs"][sample.indices])
+    np.testing.assert_array_equal(sample.transitions["done"], batch["done"][sample.indices])
+    scaled = memory.priorities(np.arange(1000))
+    np.testing.assert_allclose(sample.weights, (scaled[sample.indices] / scaled.min()) ** -0.4, rtol=1e-5)
+
+
+def test_every_priority_zero_is_refused_with_one_line():
+    memory = FpgaReplay(8, alpha=0.6, seed=0)
+    memory.add(_cartpole(np.random.default_rng(3), 4), np.zeros(4))
+    with pytest.raises(RlbenchError, match="every stored priority is zero"):
+        memory.sample(4)
