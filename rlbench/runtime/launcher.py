@@ -121,6 +121,12 @@ class LocalLauncher:
         outcome = self.collect().get(handle.name)
         return outcome[1] if outcome else f"exit code {handle.exitcode}"
 
+    def close(self) -> None:
+        """Release the queues' pipes and semaphores (after `collect`)."""
+        for channel in (self.results, self.announcements):
+            channel.close()
+            channel.join_thread()
+
     def stop_all(self, grace: float = GRACE_S) -> None:
         deadline = time.monotonic() + grace
         for handle in self.handles:
@@ -221,6 +227,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> Distribu
             control.connection.close()
         launcher.stop_all()
     outcomes = launcher.collect()
+    launcher.close()
     if node_report is None and outcomes.get("replay", ("", None))[0] == "ok":
         node_report = outcomes["replay"][1]
     for name, (status, payload) in outcomes.items():

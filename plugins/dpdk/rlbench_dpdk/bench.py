@@ -1,0 +1,261 @@
+"""`rlbench bench dpdk`: the DPDK experience-sampling paper's comparison, reproduced in one run.
+
+1. Replay access latency: a real replay node (the runtime's ReplayNode, prioritized memory) in a
+   spawned process per transport; INSERT and SAMPLE round trips of CartPole-sized transitions
+   whose payload spans 64 B .. 64 KB, p50/p99, and DPDK's reduction vs each kernel transport.
+2. INSERT throughput (32 CartPole transitions per INSERT, as actors send them), DPDK vs kernel.
+3. Prioritized sampling seen by the learner, over DPDK: `server` (SAMPLE request, wait) vs
+   `in-network` (the node pushes batches ahead on credit), with the same emulated learner step.
+The paper's ranges are printed beside the reductions; they come from a 40GbE NIC, ours from memif
+(or the port given), so they are context, not a target.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from typing import Any
+
+PAPER_ACCESS_REDUCTION = (32.7, 58.9)  # % lower access latency, DPDK vs kernel sockets
+PAPER_IN_NETWORK_ACCESS = (11.7, 28.1)  # % lower replay access, in-network vs server
+PAPER_IN_NETWORK_SAMPLING = (21.9, 29.1)  # % lower prioritized-sampling communication
+TRANSITION_BYTES = 4 * 4 * 2 + 8 + 4 + 1  # CartPole: obs and next_obs float32[4], action, reward, done
+BATCH = 32
+LEARNER_STEP_US = 500.0  # emulated learner update between samples (a small DQN step is ~1 ms here)
+
+
+def _transitions(n: int, seed: int = 0) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.standard_normal((n, 4), dtype=np.float32),
+            "action": rng.integers(0, 2, n).astype(np.int64),
+            "reward": np.ones(n, dtype=np.float32),
+            "next_obs": rng.standard_normal((n, 4), dtype=np.float32),
+            "done": np.zeros(n, dtype=bool)}
+
+
+def _node_main(transport: str, options: dict[str, Any], placement: str, addresses: Any) -> None:
+    """A replay node that never rate-limits (the benchmark measures access, not the algorithm)."""
+    import rlbench
+    from rlbench.runtime.rate_limiter import RateLimiter
+    from rlbench.runtime.replay_node import NodeSettings, ReplayNode
+
+    registry = rlbench.get_registry()
+    listener = registry.get("transport", transport).create(**options).listen(None)
+    memory = registry.get("replay", "prioritized").create(capacity=1 << 17, alpha=0.6, seed=0)
+    limiter = RateLimiter(1.0, min_size_to_sample=1, error_buffer=1e18)
+    node = ReplayNode(listener, memory, limiter, NodeSettings(placement=placement, total_steps=1 << 62, batch_size=BATCH))
+    addresses.put(listener.address)
+    try:
+        node.serve()
+    finally:
+        listener.close()
+
+
+class _Node:
+    """A replay node process and a client connected to it."""
+
+    def __init__(self, transport: str, options: dict[str, Any], placement: str, role: str) -> None:
+        import numpy as np
+
+        import rlbench
+        from rlbench.runtime.replay_client import ReplayClient
+        from rlbench.wire import Op
+
+        context = multiprocessing.get_context("spawn")
+        addresses = context.Queue()
+        self.process = context.Process(target=_node_main, args=(transport, options, placement, addresses), daemon=True)
+        self.process.start()
+        component = rlbench.get_registry().get("transport", transport)
+        address = addresses.get(timeout=60)
+        connection = component.create(**options).connect(address, timeout=30.0)
+        self.client = ReplayClient(connection, prioritized=True, capacity=0,
+                                   reliable=component.capabilities.reliable, timeout=30.0)
+        self.client.call(Op.HELLO, {"role": np.frombuffer(role.encode(), dtype=np.uint8)})
+
+    def close(self) -> None:
+        from rlbench.wire import Op
+
+        try:
+            self.client.call(Op.SHUTDOWN)
+        finally:
+            self.client.connection.close()
+            self.process.join(10)
+            if self.process.is_alive():
+                self.process.kill()
+
+
+def _percentiles(samples: list[int]) -> tuple[float, float]:
+    import numpy as np
+
+    array = np.asarray(samples, dtype=np.float64) / 1e3
+    return float(np.percentile(array, 50)), float(np.percentile(array, 99))
+
+
+def _access(node: _Node, sizes: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+    clock = time.perf_counter_ns
+    client = node.client
+    client.add(_transitions(4096, seed=1))  # enough items for the largest SAMPLE
+    cases = []
+    for size in sizes:
+        n = max(1, round(size / TRANSITION_BYTES))
+        batch = _transitions(n, seed=size)
+        inserts, samples = [], []
+        for i in range(requests + 20):
+            started = clock()
+            client.add(batch)
+            middle = clock()
+            client.sample(n, 0.4)
+            finished = clock()
+            if i >= 20:  # warm-up
+                inserts.append(middle - started)
+                samples.append(finished - middle)
+        insert_p50, insert_p99 = _percentiles(inserts)
+        sample_p50, sample_p99 = _percentiles(samples)
+        cases.append({"size": size, "transitions": n, "insert_p50_us": insert_p50, "insert_p99_us": insert_p99,
+                      "sample_p50_us": sample_p50, "sample_p99_us": sample_p99})
+    return cases
+
+
+def _insert_throughput(node: _Node, seconds: float = 1.0) -> float:
+    batch = _transitions(32, seed=7)
+    sent = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        node.client.add(batch)
+        sent += 32
+    return sent / (time.perf_counter() - started)
+
+
+def _spin(us: float) -> None:
+    end = time.perf_counter() + us / 1e6
+    while time.perf_counter() < end:
+        pass
+
+
+def _learner(node: _Node, placement: str, seconds: float) -> dict[str, Any]:
+    """Sample, 'learn' for LEARNER_STEP_US, send priorities back; time only the wait for a batch."""
+    import numpy as np
+
+    from rlbench.wire import Op
+
+    client = node.client
+    client.add(_transitions(4096, seed=3))
+    waits = []
+    clock = time.perf_counter_ns
+    if placement == "in-network":
+        client.send(Op.CREDIT, {"credit": np.int64(2), "beta": np.float64(0.4)})
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        started = clock()
+        sample = client.wait_pushed(30.0) if placement == "in-network" else client.sample(BATCH, 0.4)
+        waits.append(clock() - started)
+        _spin(LEARNER_STEP_US)
+        extra = {"credit": np.int64(1)} if placement == "in-network" else {}
+        client.update_priorities(sample.indices, np.abs(np.random.standard_normal(len(sample.indices))) + 0.01, **extra)
+    p50, p99 = _percentiles(waits[10:])
+    return {"placement": placement, "batches": len(waits), "sample_wait_p50_us": p50, "sample_wait_p99_us": p99}
+
+
+def _reduction(ours: float, baseline: float) -> float:
+    return 100.0 * (1.0 - ours / baseline) if baseline > 0 else float("nan")
+
+
+def run_reproduction(transports: list[str], sizes: tuple[int, ...], requests: int, dpdk_port: str,
+                     placement_seconds: float | None) -> dict[str, Any]:
+    import rlbench
+    from rlbench.errors import RlbenchError
+
+    registry = rlbench.get_registry()
+    results: dict[str, Any] = {"sizes": list(sizes), "requests": requests, "dpdk_port": dpdk_port,
+                               "access": {}, "insert_throughput": {}, "unavailable": {}}
+    for name in transports:
+        component = registry.get("transport", name)  # unknown names: "did you mean"
+        probe = component.probe()
+        if not probe.available:
+            results["unavailable"][name] = probe.reason
+            continue
+        options = {"port": dpdk_port} if name == "dpdk" else {}
+        node = _Node(name, options, "server", "actor")
+        try:
+            results["access"][name] = _access(node, sizes, requests)
+            results["insert_throughput"][name] = _insert_throughput(node)
+        finally:
+            node.close()
+    if "dpdk" not in results["access"]:
+        raise RlbenchError("dpdk is unavailable here: " + results["unavailable"].get("dpdk", "not selected"))
+    if placement_seconds:
+        results["placement"] = {}
+        for placement in ("server", "in-network"):
+            node = _Node("dpdk", {"port": dpdk_port}, placement, "learner")
+            try:
+                results["placement"][placement] = _learner(node, placement, placement_seconds)
+            finally:
+                node.close()
+    return results
+
+
+def run_veth(sizes: tuple[int, ...], requests: int) -> dict[str, Any]:
+    """Echo round trips across a veth pair between two namespaces: kernel UDP, DPDK af_packet and
+    af_xdp, each side a separate process (the closest single-machine stand-in for the NIC path)."""
+    from rlbench_dpdk.veth import measure_over_veth, veth_pair
+
+    measured: dict[str, Any] = {}
+    with veth_pair() as pair:
+        for label, name, kind in (("udp", "udp", None), ("af_packet", "dpdk", "af_packet"), ("af_xdp", "dpdk", "af_xdp")):
+            try:
+                measured[label] = measure_over_veth(pair, name, kind, list(sizes), requests)["cases"]
+            except Exception as exc:  # one port kind failing (e.g. no XDP support) must not hide the others
+                measured[label] = {"error": f"{type(exc).__name__}: {str(exc)[-300:]}"}
+    return measured
+
+
+def _format_veth(veth: dict[str, Any]) -> list[str]:
+    lines = ["echo round trips over a veth pair between two network namespaces (us), vs kernel UDP on the same veth"]
+    udp = {case["size"]: case for case in veth.get("udp", [])} if isinstance(veth.get("udp"), list) else {}
+    for label, cases in veth.items():
+        if isinstance(cases, dict):
+            lines.append(f"  {label}: failed: {cases['error']}")
+            continue
+        for case in cases:
+            base = udp.get(case["size"])
+            note = f"   {_reduction(case['p50_us'], base['p50_us']):6.1f} % vs udp" if base and label != "udp" else ""
+            lines.append(f"  {label:<10}{case['size']:>8}{case['p50_us']:>10.1f}{case['p99_us']:>10.1f}{note}")
+    return lines
+
+
+def format_table(results: dict[str, Any]) -> str:
+    access = results["access"]
+    dpdk = {case["size"]: case for case in access["dpdk"]}
+    kernels = [name for name in access if name != "dpdk"]
+    lines = [f"replay access round trips (us), {results['requests']} per case, DPDK port {results['dpdk_port']}; "
+             f"paper: DPDK {PAPER_ACCESS_REDUCTION[0]}..{PAPER_ACCESS_REDUCTION[1]} % below kernel sockets"]
+    header = f"{'op':<7}{'size B':>8}{'transport':>11}{'p50':>10}{'p99':>10}   DPDK p50 reduction"
+    lines += [header, "-" * len(header)]
+    for op in ("insert", "sample"):
+        for size in results["sizes"]:
+            for name, cases in access.items():
+                case = next(c for c in cases if c["size"] == size)
+                p50, p99 = case[f"{op}_p50_us"], case[f"{op}_p99_us"]
+                note = "" if name == "dpdk" else f"   {_reduction(dpdk[size][f'{op}_p50_us'], p50):6.1f} % vs {name}"
+                lines.append(f"{op.upper():<7}{size:>8}{name:>11}{p50:>10.1f}{p99:>10.1f}{note}")
+    throughput = results["insert_throughput"]
+    lines.append("INSERT throughput, 32 CartPole transitions per INSERT: " + ", ".join(
+        f"{name} {rate:,.0f}/s" for name, rate in throughput.items()) + "".join(
+        f"; dpdk/{name} {throughput['dpdk'] / throughput[name]:.2f}x" for name in kernels))
+    placement = results.get("placement")
+    if placement:
+        server, near = placement["server"], placement["in-network"]
+        lines.append(f"prioritized sampling seen by the learner over DPDK (batch {BATCH}, learner step "
+                     f"{LEARNER_STEP_US:.0f} us): server p50 {server['sample_wait_p50_us']:.1f} / p99 "
+                     f"{server['sample_wait_p99_us']:.1f} us; in-network p50 {near['sample_wait_p50_us']:.1f} / p99 "
+                     f"{near['sample_wait_p99_us']:.1f} us; reduction p50 "
+                     f"{_reduction(near['sample_wait_p50_us'], server['sample_wait_p50_us']):.1f} % "
+                     f"(paper: {PAPER_IN_NETWORK_SAMPLING[0]}..{PAPER_IN_NETWORK_SAMPLING[1]} % sampling communication, "
+                     f"{PAPER_IN_NETWORK_ACCESS[0]}..{PAPER_IN_NETWORK_ACCESS[1]} % replay access)")
+    if "veth" in results:
+        lines += _format_veth(results["veth"])
+    for name, reason in results["unavailable"].items():
+        lines.append(f"{name}: unavailable: {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,896 @@
+/* See rlb_dpdk.h for the model. Threading: one thread drives a listener (and its links), one thread
+ * drives each client link; slot allocation and port hot-plug are serialised by g_lock. */
+#define _GNU_SOURCE
+#include "rlb_dpdk.h"
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <time.h>
+#include <rte_dev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_ether.h>
+#include <rte_ip.h>
+#include <rte_mbuf.h>
+#include <rte_udp.h>
+#include <rte_version.h>
+
+#define MAX_PORTS 64
+#define MAX_LINKS 256
+#define MAX_LISTENERS 16
+#define WINDOW 128          /* unacknowledged frames per link */
+#define BURST 32
+#define POOL_MBUFS 6143
+#define MBUF_ROOM 9216      /* largest frame we build: jumbo where the port allows */
+#define RLB_MAGIC 0x4c52
+#define RLB_VERSION 1
+#define RLB_UDP_PORT 47474
+#define SPIN_POLLS 1000     /* empty polls before yielding (~20-50 us) */
+#define YIELDS 200          /* sched_yield()s before sleeping */
+#define MAX_SLEEP_NS 100000
+#define DELAYED_ACK_NS 20000
+#define LINK_CHECK_NS 10000000ull
+
+enum { K_DATA = 1, K_ACK, K_HELLO, K_WELCOME, K_BYE };
+enum { F_TO_LISTENER = 1, F_GAP = 2, F_ACK_REQ = 4 };
+enum { S_MSENT, S_MRECV, S_BSENT, S_BRECV, S_LOST, S_FSENT, S_FRECV, S_RETX, S_ACKS, S_GAPS, S_DUPS, S_OOO,
+       S_MALFORMED, S_TXFULL };
+
+struct rlb_hdr {
+    uint16_t magic;
+    uint8_t version, kind;
+    uint32_t conn;     /* connection id, chosen at random by the connecting side */
+    uint32_t token;    /* the listener's token (HELLO) */
+    uint32_t fseq;     /* DATA: this frame's sequence number on the link */
+    uint32_t ack;      /* every frame: the next frame sequence number its sender expects */
+    uint32_t msg_len;  /* DATA: bytes in the whole message */
+    uint32_t offset;   /* DATA: where this fragment's bytes go in the message */
+    uint16_t len;      /* DATA: bytes in this fragment */
+    uint8_t flags, pad;
+} __attribute__((packed));
+
+#define L2L4_LEN (sizeof(struct rte_ether_hdr) + sizeof(struct rte_ipv4_hdr) + sizeof(struct rte_udp_hdr))
+#define HDR_LEN (L2L4_LEN + sizeof(struct rlb_hdr))
+
+struct msg {
+    struct msg *next;
+    uint32_t len, pad;  /* data starts 16-byte aligned, so received arrays can be viewed in place */
+    uint8_t data[];
+};
+
+struct port {
+    int used;
+    uint16_t pid;
+    struct rte_ether_addr mac;
+    uint32_t mtu, payload;
+    int listener;     /* listener index, or -1 */
+    int client_link;  /* the client link on this port, or -1 */
+};
+
+struct link {
+    int used, port, listener;
+    uint32_t conn, token;
+    uint8_t out_flags;  /* F_TO_LISTENER on the client side */
+    int connected, closed;
+    struct rte_ether_addr peer_mac;
+    uint32_t tx_next, tx_acked;
+    struct rte_mbuf *hist[WINDOW];
+    uint64_t last_tx_ns, last_progress_ns, last_retx_ns, rto;
+    uint32_t rx_next, rx_unacked;
+    uint64_t last_rx_ns, last_gap_ns, last_dup_ack_ns;
+    struct msg *asm_msg;
+    uint32_t asm_have;
+    struct msg *q_head, *q_tail, *held;
+    uint64_t st[RLB_STATS_N];
+};
+
+struct listener {
+    int used;
+    uint32_t token;
+    int ports[MAX_PORTS];
+    volatile int nports;  /* grows from the accept thread while the owner polls */
+    int links[MAX_LINKS];
+    int nlinks, turn;
+    struct msg *held;
+    uint64_t departed[RLB_STATS_N];  /* counters of links that are gone */
+    uint64_t last_check_ns;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rte_mempool *g_pool;
+static struct rte_mempool *g_small_pool;  /* AF_XDP's umem takes buffers of at most a page */
+static int g_ready;
+static __thread char g_err[512];
+static struct port g_ports[MAX_PORTS];
+static struct link g_links[MAX_LINKS];
+static struct listener g_listeners[MAX_LISTENERS];
+static uint64_t g_rto = 20000000ull, g_give_up = 10000000000ull;
+static const struct rte_ether_addr g_dst_mac = {{0x02, 0x72, 0x6c, 0x62, 0x00, 0x01}};
+
+static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof(g_err), fmt, ap);
+    va_end(ap);
+    return code < 0 ? code : -code;
+}
+
+const char *rlb_last_error(void) { return g_err; }
+const char *rlb_version(void) { return rte_version(); }
+
+uint64_t rlb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void rlb_set_timing(uint64_t rto_ns, uint64_t give_up_ns)
+{
+    if (rto_ns) g_rto = rto_ns;
+    if (give_up_ns) g_give_up = give_up_ns;
+}
+
+static inline int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
+/* Poll, then yield, then sleep a little longer each time: a poller never holds a shared core for
+ * a whole time slice while idle. */
+static void idle_step(uint32_t *idle)
+{
+    static __thread int slack_set;
+    uint32_t n = ++*idle;
+    if (n < SPIN_POLLS) return;
+    if (n < SPIN_POLLS + YIELDS) { sched_yield(); return; }
+    if (!slack_set) {  /* sleep what we ask, not the default 50 us more */
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        slack_set = 1;
+    }
+    uint64_t ns = 5000ull * (n - SPIN_POLLS - YIELDS + 1);
+    struct timespec ts = {0, (long)(ns < MAX_SLEEP_NS ? ns : MAX_SLEEP_NS)};
+    nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------------------------------ set-up */
+int rlb_init(const char *eal_args)
+{
+    static char buf[4096];
+    char *argv[128];
+    int argc = 0;
+    if (g_ready) return 0;
+    argv[argc++] = "rlbench-dpdk";
+    snprintf(buf, sizeof(buf), "%s", eal_args ? eal_args : "");
+    for (char *save = NULL, *t = strtok_r(buf, " \t\n", &save); t && argc < 127; t = strtok_r(NULL, " \t\n", &save))
+        argv[argc++] = t;
+    argv[argc] = NULL;
+    if (rte_eal_init(argc, argv) < 0)
+        return fail(rte_errno, "rte_eal_init failed: %s", rte_strerror(rte_errno));
+    g_pool = rte_pktmbuf_pool_create("rlb_pool", POOL_MBUFS, 128, 0, MBUF_ROOM + RTE_PKTMBUF_HEADROOM, SOCKET_ID_ANY);
+    if (!g_pool) return fail(rte_errno, "mbuf pool: %s (raise -m)", rte_strerror(rte_errno));
+    for (int i = 0; i < MAX_PORTS; i++) g_ports[i].listener = g_ports[i].client_link = -1;
+    g_ready = 1;
+    return 0;
+}
+
+int rlb_port_count(void) { return g_ready ? (int)rte_eth_dev_count_avail() : 0; }
+
+int rlb_port_info(int port, char *driver, int driver_cap, uint32_t *mtu, uint32_t *payload, int *link_up)
+{
+    if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return fail(EINVAL, "no port %d", port);
+    struct port *p = &g_ports[port];
+    struct rte_eth_dev_info info;
+    struct rte_eth_link link;
+    memset(&link, 0, sizeof(link));
+    if (rte_eth_dev_info_get(p->pid, &info) == 0) snprintf(driver, driver_cap, "%s", info.driver_name);
+    rte_eth_link_get_nowait(p->pid, &link);
+    *mtu = p->mtu;
+    *payload = p->payload;
+    *link_up = link.link_status;
+    return 0;
+}
+
+static int port_open_locked(const char *devargs, uint32_t want_mtu)
+{
+    char name[RTE_DEV_NAME_MAX_LEN];
+    uint16_t pid;
+    int slot = -1, ret;
+    for (int i = 0; i < MAX_PORTS; i++) if (!g_ports[i].used) { slot = i; break; }
+    if (slot < 0) return fail(EMFILE, "too many DPDK ports open (%d)", MAX_PORTS);
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(devargs, ","), devargs);
+    struct rte_mempool *pool = g_pool;
+    if (strncmp(name, "net_af_xdp", 10) == 0) {
+        if (!g_small_pool)
+            g_small_pool = rte_pktmbuf_pool_create("rlb_small_pool", 4095, 128, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+        if (!g_small_pool) return fail(rte_errno, "af_xdp mbuf pool: %s (raise -m)", rte_strerror(rte_errno));
+        pool = g_small_pool;
+        if (want_mtu > 1500) want_mtu = 1500;
+    }
+    if (rte_eth_dev_get_port_by_name(name, &pid) != 0) {  /* not a NIC probed at start-up: hot-plug it */
+        if ((ret = rte_dev_probe(devargs)) < 0) return fail(ret, "cannot create DPDK port %s: %s", devargs, rte_strerror(-ret));
+        if (rte_eth_dev_get_port_by_name(name, &pid) != 0) return fail(ENODEV, "DPDK port %s did not appear after probing", name);
+    }
+    struct rte_eth_conf conf;
+    struct rte_eth_dev_info info;
+    memset(&conf, 0, sizeof(conf));
+    if ((ret = rte_eth_dev_info_get(pid, &info)) < 0) return fail(ret, "%s: dev_info: %s", name, rte_strerror(-ret));
+    if ((ret = rte_eth_dev_configure(pid, 1, 1, &conf)) < 0) return fail(ret, "%s: configure: %s", name, rte_strerror(-ret));
+    uint16_t mtu = 1500;
+    if (want_mtu > 1500) {
+        uint32_t cap = MBUF_ROOM - RTE_ETHER_HDR_LEN;
+        uint32_t m = want_mtu < cap ? want_mtu : cap;
+        if (info.max_mtu && m > info.max_mtu) m = info.max_mtu;
+        if (m > 1500 && rte_eth_dev_set_mtu(pid, (uint16_t)m) == 0) mtu = (uint16_t)m;
+    }
+    rte_eth_dev_get_mtu(pid, &mtu);
+    uint16_t nrx = 1024, ntx = 1024;
+    rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nrx, &ntx);
+    int sock = rte_eth_dev_socket_id(pid);
+    if ((ret = rte_eth_rx_queue_setup(pid, 0, nrx, sock, NULL, pool)) < 0) return fail(ret, "%s: rx queue: %s", name, rte_strerror(-ret));
+    if ((ret = rte_eth_tx_queue_setup(pid, 0, ntx, sock, NULL)) < 0) return fail(ret, "%s: tx queue: %s", name, rte_strerror(-ret));
+    if ((ret = rte_eth_dev_start(pid)) < 0) return fail(ret, "%s: start: %s", name, rte_strerror(-ret));
+    rte_eth_promiscuous_enable(pid);
+    struct port *p = &g_ports[slot];
+    memset(p, 0, sizeof(*p));
+    p->pid = pid;
+    p->mtu = mtu;
+    uint32_t frame = mtu + RTE_ETHER_HDR_LEN;
+    uint32_t room = pool == g_pool ? MBUF_ROOM : RTE_MBUF_DEFAULT_DATAROOM;
+    if (frame > room) frame = room;
+    p->payload = frame - HDR_LEN;
+    p->listener = p->client_link = -1;
+    rte_eth_macaddr_get(pid, &p->mac);
+    p->used = 1;
+    return slot;
+}
+
+int rlb_port_open(const char *devargs, uint32_t mtu)
+{
+    if (!g_ready) return fail(ENODEV, "EAL is not initialised");
+    pthread_mutex_lock(&g_lock);
+    int ret = port_open_locked(devargs, mtu);
+    pthread_mutex_unlock(&g_lock);
+    return ret;
+}
+
+int rlb_port_close(int port)
+{
+    if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return 0;
+    pthread_mutex_lock(&g_lock);
+    struct port *p = &g_ports[port];
+    rte_eth_dev_stop(p->pid);
+    rte_eth_dev_close(p->pid);
+    p->used = 0;
+    p->listener = p->client_link = -1;
+    pthread_mutex_unlock(&g_lock);
+    return 0;
+}
+
+/* --------------------------------------------------------------------------------- frames */
+static struct rte_mbuf *frame_new(struct link *lk, uint8_t kind, uint8_t flags, uint32_t len)
+{
+    struct rte_mbuf *m = rte_pktmbuf_alloc(g_pool);
+    if (!m) return NULL;
+    uint32_t flen = HDR_LEN + len;
+    uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, flen);
+    if (!p) { rte_pktmbuf_free(m); return NULL; }
+    struct rte_ether_hdr *eth = (struct rte_ether_hdr *)p;
+    struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+    struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+    struct rlb_hdr *h = (struct rlb_hdr *)(udp + 1);
+    /* The destination MAC is ours, not the peer's: a kernel that sees the frame on a veth
+     * classifies it as for another host and drops it early instead of answering with ICMP. */
+    rte_ether_addr_copy(&g_dst_mac, &eth->dst_addr);
+    rte_ether_addr_copy(&g_ports[lk->port].mac, &eth->src_addr);
+    eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
+    memset(ip, 0, sizeof(*ip));
+    ip->version_ihl = 0x45;
+    ip->time_to_live = 64;
+    ip->next_proto_id = IPPROTO_UDP;
+    ip->total_length = rte_cpu_to_be_16(flen - sizeof(*eth));
+    ip->src_addr = rte_cpu_to_be_32(0x0a630000 | (lk->out_flags ? 2 : 1));
+    ip->dst_addr = rte_cpu_to_be_32(0x0a630000 | (lk->out_flags ? 1 : 2));
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    udp->src_port = rte_cpu_to_be_16(RLB_UDP_PORT);
+    udp->dst_port = rte_cpu_to_be_16(RLB_UDP_PORT);
+    udp->dgram_len = rte_cpu_to_be_16(flen - sizeof(*eth) - sizeof(*ip));
+    udp->dgram_cksum = 0;
+    memset(h, 0, sizeof(*h));
+    h->magic = RLB_MAGIC;
+    h->version = RLB_VERSION;
+    h->kind = kind;
+    h->conn = lk->conn;
+    h->token = lk->token;
+    h->ack = lk->rx_next;
+    h->flags = flags | lk->out_flags;
+    return m;
+}
+
+static inline struct rlb_hdr *frame_hdr(struct rte_mbuf *m)
+{
+    return (struct rlb_hdr *)(rte_pktmbuf_mtod(m, uint8_t *) + L2L4_LEN);
+}
+
+/* Control frames are best effort: they are regenerated when needed, so a full tx ring drops them. */
+static void send_control(struct link *lk, uint8_t kind, uint8_t flags)
+{
+    struct rte_mbuf *m = frame_new(lk, kind, flags, 0);
+    if (!m) return;
+    if (kind == K_ACK || kind == K_DATA) lk->rx_unacked = 0;
+    if (rte_eth_tx_burst(g_ports[lk->port].pid, 0, &m, 1) != 1) { rte_pktmbuf_free(m); return; }
+    if (kind == K_ACK) lk->st[S_ACKS]++;
+}
+
+static void retransmit(struct link *lk, uint64_t now)
+{
+    struct rte_mbuf *burst[BURST];
+    uint32_t s = lk->tx_acked;
+    while (seq_before(s, lk->tx_next)) {
+        uint16_t n = 0;
+        for (; n < BURST && seq_before(s, lk->tx_next); n++, s++) {
+            burst[n] = lk->hist[s % WINDOW];
+            rte_pktmbuf_refcnt_update(burst[n], 1);
+        }
+        uint16_t sent = rte_eth_tx_burst(g_ports[lk->port].pid, 0, burst, n);
+        lk->st[S_RETX] += sent;
+        if (sent < n) {  /* ring full: the timer goes on from here */
+            rte_pktmbuf_free_bulk(burst + sent, n - sent);
+            break;
+        }
+    }
+    lk->last_tx_ns = lk->last_retx_ns = now;
+}
+
+static void take_ack(struct link *lk, uint32_t ack, int gap, uint64_t now)
+{
+    if (seq_before(lk->tx_acked, ack) && !seq_before(lk->tx_next, ack)) {
+        while (lk->tx_acked != ack) {
+            uint32_t i = lk->tx_acked++ % WINDOW;
+            rte_pktmbuf_free(lk->hist[i]);
+            lk->hist[i] = NULL;
+        }
+        lk->last_progress_ns = now;
+        lk->rto = g_rto;
+    }
+    if (gap && ack == lk->tx_acked && lk->tx_acked != lk->tx_next && now - lk->last_retx_ns > 20000)
+        retransmit(lk, now);  /* the receiver saw a gap: go back to its first missing frame */
+}
+
+static void enqueue(struct link *lk, struct msg *m)
+{
+    m->next = NULL;
+    if (lk->q_tail) lk->q_tail->next = m; else lk->q_head = m;
+    lk->q_tail = m;
+}
+
+static void take_data(struct link *lk, struct rte_mbuf *mb, const struct rlb_hdr *h, uint64_t now)
+{
+    if (h->fseq != lk->rx_next) {
+        if (seq_before(h->fseq, lk->rx_next)) {  /* a retransmission we already have */
+            lk->st[S_DUPS]++;
+            if (now - lk->last_dup_ack_ns > 20000) { lk->last_dup_ack_ns = now; send_control(lk, K_ACK, 0); }
+        } else {  /* a frame is missing: tell the sender where we are, at most every half RTO */
+            lk->st[S_OOO]++;
+            if (now - lk->last_gap_ns > g_rto / 2) {
+                lk->last_gap_ns = now;
+                lk->st[S_GAPS]++;
+                send_control(lk, K_ACK, F_GAP);
+            }
+        }
+        return;
+    }
+    if (h->offset == 0) {
+        if (lk->asm_msg) { free(lk->asm_msg); lk->st[S_LOST]++; }  /* cannot happen in order; counted if it does */
+        lk->asm_msg = malloc(sizeof(struct msg) + (h->msg_len ? h->msg_len : 1));
+        if (!lk->asm_msg) return;  /* not accepted: the sender retransmits */
+        lk->asm_msg->len = h->msg_len;
+        lk->asm_have = 0;
+    }
+    struct msg *m = lk->asm_msg;
+    if (!m || h->msg_len != m->len || h->offset != lk->asm_have || h->offset + h->len > m->len ||
+        rte_pktmbuf_pkt_len(mb) < HDR_LEN + h->len) {
+        lk->st[S_MALFORMED]++;
+        return;
+    }
+    if (h->len) {
+        const void *d = rte_pktmbuf_read(mb, HDR_LEN, h->len, m->data + h->offset);
+        if (d != m->data + h->offset) memcpy(m->data + h->offset, d, h->len);
+    }
+    lk->asm_have += h->len;
+    lk->rx_next++;
+    lk->rx_unacked++;
+    lk->last_rx_ns = now;
+    if (lk->asm_have == m->len) {
+        lk->asm_msg = NULL;
+        enqueue(lk, m);
+    }
+    if (lk->rx_unacked >= WINDOW / 4 || (h->flags & F_ACK_REQ)) send_control(lk, K_ACK, 0);
+}
+
+static int link_alloc(void)
+{
+    for (int i = 0; i < MAX_LINKS; i++) {
+        if (!g_links[i].used) {
+            struct link *lk = &g_links[i];
+            memset(lk, 0, sizeof(*lk));
+            lk->used = 1;
+            lk->listener = -1;
+            lk->rto = g_rto;
+            lk->last_progress_ns = rlb_now_ns();
+            return i;
+        }
+    }
+    return fail(EMFILE, "too many DPDK links open (%d)", MAX_LINKS);
+}
+
+static void hello(int port, const struct rlb_hdr *h, const struct rte_ether_hdr *eth)
+{
+    struct listener *L = &g_listeners[g_ports[port].listener];
+    if (h->token != L->token) return;  /* another listener on the same wire */
+    if (L->nlinks >= MAX_LINKS) return;
+    pthread_mutex_lock(&g_lock);
+    int id = link_alloc();
+    pthread_mutex_unlock(&g_lock);
+    if (id < 0) return;
+    struct link *lk = &g_links[id];
+    lk->port = port;
+    lk->listener = (int)(L - g_listeners);
+    lk->conn = h->conn;
+    lk->token = L->token;
+    lk->connected = 1;
+    rte_ether_addr_copy(&eth->src_addr, &lk->peer_mac);
+    L->links[L->nlinks++] = id;
+    send_control(lk, K_WELCOME, 0);
+}
+
+static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
+{
+    struct rlb_hdr tmp;
+    uint8_t l2l4[L2L4_LEN];
+    if (rte_pktmbuf_pkt_len(mb) < HDR_LEN) return;
+    const struct rte_ether_hdr *eth = rte_pktmbuf_read(mb, 0, L2L4_LEN, l2l4);
+    const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(eth + 1);
+    const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(ip + 1);
+    if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) || ip->next_proto_id != IPPROTO_UDP ||
+        udp->dst_port != rte_cpu_to_be_16(RLB_UDP_PORT)) return;  /* someone else's traffic */
+    const struct rlb_hdr *h = rte_pktmbuf_read(mb, L2L4_LEN, sizeof(tmp), &tmp);
+    if (h->magic != RLB_MAGIC || h->version != RLB_VERSION) return;
+    struct port *p = &g_ports[port];
+    struct link *lk = NULL;
+    if (h->flags & F_TO_LISTENER) {
+        if (p->listener < 0) return;
+        struct listener *L = &g_listeners[p->listener];
+        for (int i = 0; i < L->nlinks; i++) {
+            struct link *c = &g_links[L->links[i]];
+            if (c->port == port && c->conn == h->conn) { lk = c; break; }
+        }
+        if (!lk && h->kind == K_DATA && h->token == L->token && h->fseq < WINDOW) {  /* the hello was lost: learn from data */
+            hello(port, h, eth);
+            if (L->nlinks && g_links[L->links[L->nlinks - 1]].conn == h->conn) lk = &g_links[L->links[L->nlinks - 1]];
+        }
+        if (h->kind == K_HELLO) { if (!lk) hello(port, h, eth); return; }
+    } else if (p->client_link >= 0 && g_links[p->client_link].conn == h->conn) {
+        lk = &g_links[p->client_link];
+    }
+    if (!lk) return;
+    lk->st[S_FRECV]++;
+    switch (h->kind) {
+    case K_WELCOME:
+        if (!lk->connected) { lk->connected = 1; rte_ether_addr_copy(&eth->src_addr, &lk->peer_mac); }
+        return;
+    case K_BYE:
+        lk->closed = 1;
+        return;
+    case K_ACK:
+        take_ack(lk, h->ack, h->flags & F_GAP, now);
+        if (h->flags & F_ACK_REQ) send_control(lk, K_ACK, 0);
+        return;
+    case K_DATA:
+        take_ack(lk, h->ack, 0, now);
+        take_data(lk, mb, h, now);
+        return;
+    default:
+        lk->st[S_MALFORMED]++;
+    }
+}
+
+static int poll_port(int port, uint64_t now)
+{
+    struct rte_mbuf *rx[BURST];
+    uint16_t n = rte_eth_rx_burst(g_ports[port].pid, 0, rx, BURST);
+    for (uint16_t i = 0; i < n; i++) {
+        on_frame(port, rx[i], now);
+        rte_pktmbuf_free(rx[i]);
+    }
+    return n;
+}
+
+/* Timers of one link: delayed acknowledgement, retransmission, giving up, the port going down. */
+static void service(struct link *lk, uint64_t now, int check_link)
+{
+    if (lk->rx_unacked && now - lk->last_rx_ns > DELAYED_ACK_NS) send_control(lk, K_ACK, 0);
+    if (lk->tx_acked != lk->tx_next && now - lk->last_tx_ns > lk->rto) {
+        if (now - lk->last_progress_ns > g_give_up) {
+            lk->closed = 2;  /* the peer stopped acknowledging: it is gone */
+        } else {
+            retransmit(lk, now);
+            lk->rto = lk->rto * 2 < 200000000ull ? lk->rto * 2 : 200000000ull;
+        }
+    }
+    if (check_link && lk->connected) {
+        struct rte_eth_link link;
+        memset(&link, 0, sizeof(link));
+        if (rte_eth_link_get_nowait(g_ports[lk->port].pid, &link) == 0 && !link.link_status) lk->closed = 3;
+    }
+}
+
+static int poll_listener(struct listener *L, uint64_t now)
+{
+    int n = 0, nports = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < nports; i++) n += poll_port(L->ports[i], now);
+    return n;
+}
+
+static void service_listener(struct listener *L, uint64_t now)
+{
+    int check = now - L->last_check_ns > LINK_CHECK_NS;
+    if (check) L->last_check_ns = now;
+    for (int i = 0; i < L->nlinks; i++) service(&g_links[L->links[i]], now, check);
+}
+
+/* Poll whatever can carry frames for this link (a listener's links share its ports). */
+static void pump(struct link *lk, uint32_t *idle, uint64_t *last_check)
+{
+    uint64_t now = rlb_now_ns();
+    int got;
+    if (lk->listener >= 0) {
+        struct listener *L = &g_listeners[lk->listener];
+        got = poll_listener(L, now);
+        service_listener(L, now);
+    } else {
+        got = poll_port(lk->port, now);
+        int check = now - *last_check > LINK_CHECK_NS;
+        if (check) *last_check = now;
+        service(lk, now, check);
+    }
+    if (got) *idle = 0; else idle_step(idle);
+}
+
+/* --------------------------------------------------------------------------------- sending */
+static void copy_parts(uint8_t *dst, const uint8_t *const *parts, const uint32_t *lens, int nparts, uint64_t off, uint32_t len)
+{
+    for (int i = 0; i < nparts && len; i++) {
+        if (off >= lens[i]) { off -= lens[i]; continue; }
+        uint32_t take = lens[i] - (uint32_t)off < len ? lens[i] - (uint32_t)off : len;
+        memcpy(dst, parts[i] + off, take);
+        dst += take;
+        len -= take;
+        off = 0;
+    }
+}
+
+static int link_gone(struct link *lk)
+{
+    return lk->closed ? fail(ENOTCONN, "%s", lk->closed == 2 ? "the peer stopped acknowledging (gone?)" :
+                                             lk->closed == 3 ? "the port's link went down (peer gone)" :
+                                             "the other side closed the connection") : 0;
+}
+
+static int flush(struct link *lk, struct rte_mbuf **burst, uint16_t n)
+{
+    uint16_t sent = 0;
+    uint32_t idle = 0;
+    uint64_t last_check = 0, t0 = 0;
+    while (1) {
+        sent += rte_eth_tx_burst(g_ports[lk->port].pid, 0, burst + sent, n - sent);
+        if (sent == n) break;
+        /* The ring is full: keep receiving (the peer may be waiting on us), back off, retry. */
+        if (!t0) { t0 = rlb_now_ns(); lk->st[S_TXFULL]++; }
+        pump(lk, &idle, &last_check);
+        if (lk->closed || rlb_now_ns() - t0 > g_give_up) {
+            rte_pktmbuf_free_bulk(burst + sent, n - sent);  /* history still holds them */
+            return lk->closed ? link_gone(lk) : fail(ETIMEDOUT, "transmit ring stayed full");
+        }
+    }
+    lk->st[S_FSENT] += n;
+    lk->last_tx_ns = rlb_now_ns();
+    return 0;
+}
+
+static int send_msg(struct link *lk, const uint8_t *const *parts, const uint32_t *lens, int nparts)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < nparts; i++) total += lens[i];
+    if (total > 0xFFFFFFFFull) return fail(EMSGSIZE, "message of %llu bytes is too large", (unsigned long long)total);
+    int ret = link_gone(lk);
+    if (ret) return ret;
+    uint32_t payload = g_ports[lk->port].payload;
+    uint64_t off = 0;
+    struct rte_mbuf *burst[BURST];
+    uint16_t nb = 0;
+    uint32_t idle = 0;
+    uint64_t last_check = 0;
+    do {
+        while (lk->tx_next - lk->tx_acked >= WINDOW) {  /* window full: wait for acknowledgements */
+            if (nb) { if ((ret = flush(lk, burst, nb)) < 0) return ret; nb = 0; }
+            pump(lk, &idle, &last_check);
+            if ((ret = link_gone(lk))) return ret;
+        }
+        uint32_t len = total - off < payload ? (uint32_t)(total - off) : payload;
+        struct rte_mbuf *m = frame_new(lk, K_DATA, 0, len);
+        if (!m) {
+            if (nb) { if ((ret = flush(lk, burst, nb)) < 0) return ret; nb = 0; }
+            pump(lk, &idle, &last_check);  /* the pool is empty: acknowledgements free history */
+            if ((ret = link_gone(lk))) return ret;
+            continue;
+        }
+        struct rlb_hdr *h = frame_hdr(m);
+        h->fseq = lk->tx_next;
+        h->msg_len = (uint32_t)total;
+        h->offset = (uint32_t)off;
+        h->len = (uint16_t)len;
+        copy_parts((uint8_t *)(h + 1), parts, lens, nparts, off, len);
+        lk->rx_unacked = 0;  /* this frame carries our acknowledgement */
+        rte_pktmbuf_refcnt_update(m, 1);  /* one reference for the history, one for the transmit */
+        lk->hist[lk->tx_next % WINDOW] = m;
+        lk->tx_next++;
+        burst[nb++] = m;
+        if (nb == BURST) { if ((ret = flush(lk, burst, nb)) < 0) return ret; nb = 0; }
+        off += len;
+    } while (off < total);
+    if (nb && (ret = flush(lk, burst, nb)) < 0) return ret;
+    lk->st[S_MSENT]++;
+    lk->st[S_BSENT] += total;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------ receiving */
+static struct link *link_at(int id)
+{
+    if (id < 0 || id >= MAX_LINKS || !g_links[id].used) { fail(EBADF, "no link %d", id); return NULL; }
+    return &g_links[id];
+}
+
+static int64_t pop(struct link *lk, struct msg **held, uint8_t **data)
+{
+    struct msg *m = lk->q_head;
+    lk->q_head = m->next;
+    if (!lk->q_head) lk->q_tail = NULL;
+    *held = m;
+    *data = m->data;
+    lk->st[S_MRECV]++;
+    lk->st[S_BRECV] += m->len;
+    return m->len;
+}
+
+int64_t rlb_recv(int id, uint64_t timeout_ns, uint8_t **data)
+{
+    struct link *lk = link_at(id);
+    if (!lk) return -EBADF;
+    free(lk->held);
+    lk->held = NULL;
+    uint64_t start = rlb_now_ns(), last_check = 0;
+    uint32_t idle = 0;
+    while (1) {
+        if (lk->q_head) return pop(lk, &lk->held, data);
+        int ret = link_gone(lk);
+        if (ret) return ret;
+        pump(lk, &idle, &last_check);
+        if (!lk->q_head && rlb_now_ns() - start >= timeout_ns) return -ETIMEDOUT;
+    }
+}
+
+int rlb_send(int id, const uint8_t *const *parts, const uint32_t *lens, int nparts)
+{
+    struct link *lk = link_at(id);
+    return lk ? send_msg(lk, parts, lens, nparts) : -EBADF;
+}
+
+int64_t rlb_request(int id, const uint8_t *const *parts, const uint32_t *lens, int nparts, uint64_t timeout_ns,
+                    uint8_t **data)
+{
+    int ret = rlb_send(id, parts, lens, nparts);
+    return ret < 0 ? ret : rlb_recv(id, timeout_ns, data);
+}
+
+void rlb_link_stats(int id, uint64_t *out)
+{
+    struct link *lk = link_at(id);
+    if (lk) memcpy(out, lk->st, sizeof(lk->st));
+}
+
+static void link_free(struct link *lk)
+{
+    for (uint32_t s = lk->tx_acked; s != lk->tx_next; s++) rte_pktmbuf_free(lk->hist[s % WINDOW]);
+    for (struct msg *m = lk->q_head, *next; m; m = next) { next = m->next; free(m); }
+    free(lk->held);
+    free(lk->asm_msg);
+    lk->used = 0;
+}
+
+/* --------------------------------------------------------------------------------- clients */
+/* Does not wait for the listener's answer: a thread that connects and then serves the listener
+ * would wait forever. The listener learns the link from the hello, or from the first data frame. */
+int rlb_connect(int port, uint32_t token, uint64_t timeout_ns)
+{
+    if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return fail(EBADF, "no port %d", port);
+    uint64_t start = rlb_now_ns();
+    uint32_t idle = 0;
+    while (1) {  /* memif: the server's side accepts the interface without its owner's help */
+        struct rte_eth_link link;
+        memset(&link, 0, sizeof(link));
+        rte_eth_link_get_nowait(g_ports[port].pid, &link);
+        if (link.link_status) break;
+        if (rlb_now_ns() - start > timeout_ns)
+            return fail(ETIMEDOUT, "the port's link did not come up within %.1f s", timeout_ns / 1e9);
+        idle_step(&idle);
+    }
+    uint32_t conn = 0;
+    while (!conn) if (getrandom(&conn, sizeof(conn), 0) != sizeof(conn)) conn = (uint32_t)rlb_now_ns();
+    pthread_mutex_lock(&g_lock);
+    int id = link_alloc();
+    pthread_mutex_unlock(&g_lock);
+    if (id < 0) return id;
+    struct link *lk = &g_links[id];
+    lk->port = port;
+    lk->conn = conn;
+    lk->token = token;
+    lk->out_flags = F_TO_LISTENER;
+    lk->connected = 1;
+    g_ports[port].client_link = id;
+    send_control(lk, K_HELLO, 0);
+    return id;
+}
+
+void rlb_link_close(int id)
+{
+    struct link *lk = link_at(id);
+    if (!lk) return;
+    if (!lk->closed) {
+        /* Let the last frames be acknowledged (briefly), then say goodbye. */
+        uint64_t start = rlb_now_ns(), last_check = 0;
+        uint32_t idle = 0;
+        while (lk->tx_acked != lk->tx_next && !lk->closed && rlb_now_ns() - start < 200000000ull)
+            pump(lk, &idle, &last_check);
+        send_control(lk, K_BYE, 0);
+    }
+    if (lk->listener < 0 && g_ports[lk->port].client_link == id) g_ports[lk->port].client_link = -1;
+    link_free(lk);
+}
+
+/* ------------------------------------------------------------------------------- listeners */
+static struct listener *listener_at(int id)
+{
+    if (id < 0 || id >= MAX_LISTENERS || !g_listeners[id].used) { fail(EBADF, "no listener %d", id); return NULL; }
+    return &g_listeners[id];
+}
+
+int rlb_listener_new(uint32_t token)
+{
+    pthread_mutex_lock(&g_lock);
+    int id = -1;
+    for (int i = 0; i < MAX_LISTENERS; i++) if (!g_listeners[i].used) { id = i; break; }
+    if (id >= 0) {
+        memset(&g_listeners[id], 0, sizeof(g_listeners[id]));
+        g_listeners[id].used = 1;
+        g_listeners[id].token = token;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return id >= 0 ? id : fail(EMFILE, "too many listeners");
+}
+
+int rlb_listener_add_port(int id, int port)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return -EBADF;
+    if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return fail(EBADF, "no port %d", port);
+    int n = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
+    if (n >= MAX_PORTS) return fail(EMFILE, "too many ports on one listener");
+    g_ports[port].listener = id;
+    L->ports[n] = port;
+    __atomic_store_n(&L->nports, n + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Forget peers that are gone and whose messages were all delivered. */
+static void reap(struct listener *L)
+{
+    for (int i = 0; i < L->nlinks;) {
+        struct link *lk = &g_links[L->links[i]];
+        if (lk->closed && !lk->q_head) {
+            for (int k = 0; k < RLB_STATS_N; k++) L->departed[k] += lk->st[k];
+            link_free(lk);
+            L->links[i] = L->links[--L->nlinks];
+        } else {
+            i++;
+        }
+    }
+}
+
+int64_t rlb_listener_recv(int id, uint64_t timeout_ns, int *peer, uint8_t **data)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return -EBADF;
+    free(L->held);
+    L->held = NULL;
+    uint64_t start = rlb_now_ns();
+    uint32_t idle = 0;
+    while (1) {
+        for (int k = 0; k < L->nlinks; k++) {  /* round-robin: a busy peer cannot starve the others */
+            int i = (L->turn + k) % L->nlinks;
+            struct link *lk = &g_links[L->links[i]];
+            if (lk->q_head) {
+                L->turn = (i + 1) % L->nlinks;
+                *peer = L->links[i];
+                return pop(lk, &L->held, data);
+            }
+        }
+        uint64_t now = rlb_now_ns();
+        int got = poll_listener(L, now);
+        if (!got) {
+            service_listener(L, now);
+            reap(L);
+        }
+        int ready = 0;
+        for (int k = 0; k < L->nlinks && !ready; k++) ready = g_links[L->links[k]].q_head != NULL;
+        if (ready) continue;
+        if (now - start >= timeout_ns) return -ETIMEDOUT;
+        if (got) idle = 0; else idle_step(&idle);
+    }
+}
+
+int rlb_listener_send(int id, int peer, const uint8_t *const *parts, const uint32_t *lens, int nparts)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return -EBADF;
+    for (int i = 0; i < L->nlinks; i++)
+        if (L->links[i] == peer) return send_msg(&g_links[peer], parts, lens, nparts);
+    return fail(ENOTCONN, "peer %d is not connected", peer);
+}
+
+int rlb_listener_peers(int id, int *out, int cap)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return -EBADF;
+    int n = 0;
+    for (int i = 0; i < L->nlinks && n < cap; i++)
+        if (!g_links[L->links[i]].closed) out[n++] = L->links[i];
+    return n;
+}
+
+void rlb_listener_stats(int id, uint64_t *out)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return;
+    memcpy(out, L->departed, sizeof(L->departed));
+    for (int i = 0; i < L->nlinks; i++)
+        for (int k = 0; k < RLB_STATS_N; k++) out[k] += g_links[L->links[i]].st[k];
+}
+
+void rlb_listener_close(int id)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return;
+    for (int i = 0; i < L->nlinks; i++) {
+        struct link *lk = &g_links[L->links[i]];
+        if (!lk->closed) send_control(lk, K_BYE, 0);
+        link_free(lk);
+    }
+    L->nlinks = 0;
+    free(L->held);
+    L->held = NULL;
+    /* Give goodbyes a moment on the wire before the ports stop. */
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+    int nports = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < nports; i++) rlb_port_close(L->ports[i]);
+    pthread_mutex_lock(&g_lock);
+    L->used = 0;
+    pthread_mutex_unlock(&g_lock);
+}

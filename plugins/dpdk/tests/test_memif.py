@@ -1,0 +1,56 @@
+"""memif between processes: ordered shutdown, peers leaving, and what a peer sees when the node goes."""
+
+import multiprocessing
+
+import pytest
+
+from rlbench.builtin.transports._framing import TransportClosedError
+from rlbench_dpdk.testing import echo_node
+from rlbench_dpdk.transport import DpdkTransport
+
+
+def _start_node(peers: int):
+    context = multiprocessing.get_context("spawn")
+    addresses, results = context.Queue(), context.Queue()
+    process = context.Process(target=echo_node, args=(addresses, results, peers), daemon=True)
+    process.start()
+    return process, addresses.get(timeout=60), results
+
+
+def test_node_shuts_down_cleanly_after_its_peers_leave(dpdk_available):
+    """The memif server once crashed in the PMD at shutdown after its peer left: repeat the sequence."""
+    transport = DpdkTransport()
+    for round_ in range(4):
+        process, address, results = _start_node(peers=2)
+        try:
+            for peer in range(2):
+                connection = transport.connect(address, timeout=10.0)
+                payload = bytes([round_, peer]) * 3000
+                assert bytes(connection.request(payload, timeout=10.0)) == b"echo:" + payload
+                connection.send(b"bye")
+                connection.close()
+            stats = results.get(timeout=30)
+            process.join(30)
+            assert process.exitcode == 0, f"round {round_}: the node exited with {process.exitcode}"
+            assert stats["messages_received"] == 4 and stats["lost"] == 0
+        finally:
+            if process.is_alive():
+                process.kill()
+
+
+def test_peer_learns_that_the_node_died(dpdk_available):
+    process, address, _ = _start_node(peers=1)
+    connection = DpdkTransport().connect(address, timeout=10.0)
+    try:
+        assert bytes(connection.request(b"ping", timeout=10.0)) == b"echo:ping"
+        process.kill()  # no goodbye: the memif link going down must tell the peer
+        process.join(10)
+        with pytest.raises(TransportClosedError):
+            connection.recv(timeout=10.0)
+    finally:
+        connection.close()
+
+
+def test_unknown_address_is_a_clear_error(dpdk_available):
+    with pytest.raises(TransportClosedError, match="nothing listens"):
+        DpdkTransport().connect("dpdk://memif/no-such-listener", timeout=2.0)
