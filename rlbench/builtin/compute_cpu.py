@@ -83,15 +83,13 @@ class NumpyMLP:
 
 
 class CpuCompute:
-    """ComputeBackend "cpu". `threads` pins torch's intra-op threads (the learner's update)."""
+    """ComputeBackend "cpu". `threads` pins torch's intra-op threads (the learner's update); torch is
+    imported only when a learner asks for its device, so an actor process never loads it."""
 
     def __init__(self, threads: int = 1) -> None:
         if int(threads) < 1:
             raise RlbenchError(f"threads must be >= 1, got {threads}")
         self.threads = int(threads)
-        import torch
-
-        torch.set_num_threads(self.threads)
 
     @property
     def capabilities(self):
@@ -102,6 +100,7 @@ class CpuCompute:
     def torch_device(self) -> Any:
         import torch
 
+        torch.set_num_threads(self.threads)
         return torch.device("cpu")
 
     def mlp_inference(self, layer_sizes: Sequence[int], *, hidden_activation: str = "relu",
@@ -120,7 +119,7 @@ class CpuCompute:
         return {
             "torch": torch.__version__,
             "numpy": np.__version__,
-            "threads": torch.get_num_threads(),
+            "threads": self.threads,  # set in torch when a learner takes the device
             "interop_threads": torch.get_num_interop_threads(),
             "mkl": bool(torch.backends.mkl.is_available()),
             "mkldnn": bool(torch.backends.mkldnn.is_available()),

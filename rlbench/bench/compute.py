@@ -1,0 +1,150 @@
+"""`rlbench bench compute`: actor inference and learner update step of every available compute backend,
+each beside a plain torch CPU forward of the same MLP, measured in one run with one thread."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+import click
+import numpy as np
+
+from rlbench.bench.algo import dqn_command  # noqa: F401  (the CLI attaches `bench dqn` from this module)
+from rlbench.metrics import Histogram
+
+# (name, layer sizes, hidden activation, output activation): DQN's CleanRL Q-net and a DDPG actor.
+NETWORKS = (("dqn-q 4-120-84-2", (4, 120, 84, 2), "relu", "identity"),
+            ("ddpg-actor 3-256-256-1", (3, 256, 256, 1), "relu", "tanh"))
+BATCHES = (1, 256)
+
+
+def time_calls(fn: Callable[[], Any], iterations: int) -> dict[str, float]:
+    for _ in range(min(50, iterations)):  # warm caches and allocators
+        fn()
+    histogram = Histogram()
+    clock = time.perf_counter_ns
+    for _ in range(iterations):
+        t0 = clock()
+        fn()
+        histogram.record(clock() - t0)
+    summary = histogram.summary()
+    return {"p50_us": summary["p50"], "mean_us": summary["mean"], "p99_us": summary["p99"]}
+
+
+def torch_forward(weights: list[np.ndarray], hidden: str, output: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The peer: the same MLP as an nn.Sequential on the CPU, numpy in and out as an actor needs."""
+    import torch
+
+    from rlbench.algorithms.networks import mlp
+
+    sizes = [weights[0].shape[0]] + [w.shape[1] for w in weights[0::2]]
+    network = mlp(sizes, hidden_activation=hidden, output_activation=output)
+    linears = [m for m in network if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for layer, w, b in zip(linears, weights[0::2], weights[1::2]):
+            layer.weight.copy_(torch.from_numpy(w.T))
+            layer.bias.copy_(torch.from_numpy(b))
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return network(torch.from_numpy(x)).numpy()
+
+    return forward
+
+
+def available_backends() -> list[tuple[str, Any]]:
+    from rlbench.plugins import get_registry
+
+    backends = []
+    for component in get_registry().components("compute"):
+        probe = component.probe()
+        if not probe.available:
+            click.echo(f"# compute {component.name}: skipped, unavailable: {probe.reason}", err=True)
+            continue
+        backends.append((component.name, component.create()))
+    return backends
+
+
+def measure_inference(backends, iterations: int) -> list[dict[str, Any]]:
+    from rlbench.testing.compute import random_weights
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for net, sizes, hidden, output in NETWORKS:
+        weights = random_weights(sizes, rng)
+        peer = torch_forward(weights, hidden, output)
+        for batch in BATCHES:
+            x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+            n = iterations if batch == 1 else max(100, iterations // 10)
+            torch_time = time_calls(lambda: peer(x), n)
+            for name, backend in backends:
+                if not any(role.endswith(":actor") for role in backend.capabilities.roles):
+                    continue
+                engine = backend.mlp_inference(sizes, hidden_activation=hidden, output_activation=output)
+                engine.load(weights, 0)
+                engine_time = time_calls(lambda: engine(x), n)
+                rows.append({"backend": name, "network": net, "batch": batch, "engine": engine_time,
+                             "torch_cpu": torch_time, "speedup_vs_torch_cpu": torch_time["p50_us"] / engine_time["p50_us"]})
+    return rows
+
+
+def measure_learners(backends, iterations: int) -> list[dict[str, Any]]:
+    from rlbench.algorithms.ddpg import DDPG
+    from rlbench.algorithms.dqn import DQN
+    from rlbench.protocols import EnvSpec, Sample
+
+    rng = np.random.default_rng(0)
+    cartpole = EnvSpec("CartPole-v1", 1, (4,), "float32", "discrete", n_actions=2)
+    pendulum = EnvSpec("Pendulum-v1", 1, (3,), "float32", "continuous", action_shape=(1,),
+                       action_low=(-2.0,), action_high=(2.0,))
+    cases = ((DQN(), cartpole, {"hidden_sizes": (120, 84), "batch_size": 128}),
+             (DDPG(), pendulum, {"batch_size": 128}))
+    rows = []
+    for algorithm, spec, overrides in cases:
+        config = algorithm.Config(**overrides)
+        batch = config.batch_size
+        obs_dim = spec.observation_shape[0]
+        actions = (rng.integers(spec.n_actions, size=batch) if spec.n_actions
+                   else rng.uniform(-2, 2, (batch, 1)).astype(np.float32))
+        sample = Sample(np.arange(batch), {
+            "obs": rng.standard_normal((batch, obs_dim)).astype(np.float32), "action": actions,
+            "reward": rng.standard_normal(batch).astype(np.float32),
+            "next_obs": rng.standard_normal((batch, obs_dim)).astype(np.float32),
+            "done": (rng.random(batch) < 0.05).astype(np.float32)}, np.ones(batch, np.float32))
+        for name, backend in backends:
+            if not backend.capabilities.supports(algorithm.name, "learner"):
+                continue
+            learner = algorithm.make_learner(spec, backend, config, 0)
+            update = time_calls(lambda: learner.update(sample), iterations // 10 or 1)
+            publish = time_calls(learner.weights, iterations // 10 or 1)
+            rows.append({"backend": name, "algorithm": algorithm.name, "batch": batch,
+                         "hidden": list(config.hidden_sizes), "update": update, "weights_export": publish})
+    return rows
+
+
+@click.command("compute")
+@click.option("--iterations", default=5000, show_default=True, help="timed calls at batch 1 (a tenth at batch 256 and for learner steps)")
+@click.option("--json", "as_json", is_flag=True, help="print the measurements as JSON")
+def command(iterations: int, as_json: bool) -> None:
+    """Actor inference (batch 1 and 256) of each compute backend vs a torch CPU forward of the same
+    MLP, and the learner update step, torch and numpy BLAS pinned to one thread."""
+    from rlbench.bench.threads import pin_one_thread
+
+    pinned = pin_one_thread()
+    backends = available_backends()
+    inference = measure_inference(backends, iterations)
+    learners = measure_learners(backends, iterations)
+    if as_json:
+        click.echo(json.dumps({"threads": pinned, "inference": inference, "learner": learners}, indent=2))
+        return
+    click.echo(f"# threads: {pinned}; p50 latency in microseconds")
+    click.echo(f"{'backend':<10} {'network':<24} {'batch':>5} {'engine':>9} {'torch cpu':>10} {'torch/engine':>13}")
+    for row in inference:
+        click.echo(f"{row['backend']:<10} {row['network']:<24} {row['batch']:>5} {row['engine']['p50_us']:>9.1f} "
+                   f"{row['torch_cpu']['p50_us']:>10.1f} {row['speedup_vs_torch_cpu']:>12.2f}x")
+    click.echo(f"\n{'backend':<10} {'learner':<8} {'hidden':<10} {'batch':>5} {'update p50':>11} {'weights() p50':>14}")
+    for row in learners:
+        hidden = "-".join(str(h) for h in row["hidden"])
+        click.echo(f"{row['backend']:<10} {row['algorithm']:<8} {hidden:<10} {row['batch']:>5} "
+                   f"{row['update']['p50_us']:>11.1f} {row['weights_export']['p50_us']:>14.1f}")
