@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import reference
+from rlbench_upmem.reference import reference
 
 from rlbench.errors import RlbenchError
 from rlbench_upmem.backend import UpmemCompute

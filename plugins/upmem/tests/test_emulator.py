@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import chunks_of, reference
+from rlbench_upmem.reference import chunks_of, reference
 
 from rlbench.errors import RlbenchError
 from rlbench_upmem.emulator import (PimSystem, WorkloadDoesNotFitError, partition, run_offline)
