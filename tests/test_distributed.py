@@ -250,3 +250,14 @@ def test_ctrl_c_stops_every_process_and_writes_an_incomplete_result(tmp_path):
     saved = json.loads(next(out.glob("*.json")).read_text())
     assert saved["status"] == "incomplete" and saved["status_reason"] == "interrupted (Ctrl-C)"
     assert saved["accounting"]["balanced"]
+
+
+@pytest.mark.slow
+def test_dqn_still_learns_cartpole_with_two_actors_over_server_placement():
+    # The algorithm's defaults, weights published every 4 updates; the rate limiter holds the
+    # same samples-per-insert ratio as the single-process run.
+    result = run(RunConfig(placement="server", transport="shm", actors=2, seed=0, eval_episodes=10,
+                           hyperparameters={"publish_every": 4}))
+    assert result["status"] == "complete"
+    assert result["accounting"]["balanced"]
+    assert result["evaluation"]["mean_return"] >= 195, result["evaluation"]

@@ -9,10 +9,15 @@ import weakref
 
 import numpy as np
 
+from rlbench.errors import RlbenchError
 from rlbench.hookspecs import hookimpl
 from rlbench.protocols import ReplayCapabilities, Sample
 
 CAPABILITIES = ReplayCapabilities(prioritized=False, device="disk")
+
+
+class MemmapReplayError(RlbenchError, ValueError):
+    """Bad input: one clear line for the user (the conformance kit expects an RlbenchError)."""
 
 
 class MemmapReplay:
@@ -21,7 +26,7 @@ class MemmapReplay:
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, directory: str | None = None,
                  **_options):
         if capacity < 1:
-            raise ValueError("capacity must be >= 1")
+            raise MemmapReplayError("capacity must be >= 1")
         self.capacity = int(capacity)
         self._rng = np.random.default_rng(seed)
         self._dir = tempfile.mkdtemp(prefix="rlbench-memmap-", dir=directory)
@@ -35,16 +40,22 @@ class MemmapReplay:
 
     def add(self, transitions, priorities=None) -> np.ndarray:
         arrays = {k: np.asarray(v) for k, v in transitions.items()}
-        batch = len(next(iter(arrays.values())))
+        lengths = {len(v) for v in arrays.values()}
+        if len(lengths) != 1:
+            raise MemmapReplayError(f"fields have different lengths: {sorted(lengths)}")
+        batch = lengths.pop()
         if not self._fields:
             self._fields = {k: np.memmap(f"{self._dir}/{k}.bin", dtype=v.dtype, mode="w+",
                                          shape=(self.capacity, *v.shape[1:])) for k, v in arrays.items()}
         elif arrays.keys() != self._fields.keys():
-            raise ValueError(f"fields {sorted(arrays)} differ from the stored {sorted(self._fields)}")
+            raise MemmapReplayError(f"fields {sorted(arrays)} differ from the stored {sorted(self._fields)}")
         indices = (self._next + np.arange(batch)) % self.capacity
         for key, values in arrays.items():
-            if values.shape[1:] != self._fields[key].shape[1:]:
-                raise ValueError(f"field {key!r} has shape {values.shape[1:]}, stored {self._fields[key].shape[1:]}")
+            stored = self._fields[key]
+            if values.shape[1:] != stored.shape[1:] or values.dtype != stored.dtype:
+                raise MemmapReplayError(f"field {key!r} is {values.dtype}{list(values.shape[1:])}, "
+                                        f"stored {stored.dtype}{list(stored.shape[1:])}")
+        for key, values in arrays.items():  # write only once every field is known good
             self._fields[key][indices] = values
         self._next = int((self._next + batch) % self.capacity)
         self._size = min(self.capacity, self._size + batch)
@@ -52,15 +63,19 @@ class MemmapReplay:
 
     def sample(self, batch_size: int, beta: float = 0.4) -> Sample:
         if self._size == 0 or batch_size < 1:
-            raise ValueError("cannot sample: the memory is empty or batch_size < 1")
+            raise MemmapReplayError("cannot sample: the memory is empty or batch_size < 1")
         indices = self._rng.integers(self._size, size=batch_size)
         rows = {k: np.asarray(v[indices]) for k, v in self._fields.items()}
         return Sample(indices.astype(np.int64), rows, np.ones(batch_size, dtype=np.float32))
 
     def update_priorities(self, indices, priorities) -> None:
-        indices = np.asarray(indices)
+        indices, priorities = np.asarray(indices), np.asarray(priorities, dtype=np.float64)
+        if indices.shape != priorities.shape:
+            raise MemmapReplayError(f"{indices.size} indices but {priorities.size} priorities")
         if np.any((indices < 0) | (indices >= self._size)):
-            raise IndexError("priority update for an index that holds no item")
+            raise MemmapReplayError("priority update for an index that holds no item")
+        if not np.all(np.isfinite(priorities) & (priorities >= 0)):
+            raise MemmapReplayError("priorities must be finite and >= 0")
 
     def stats(self) -> dict:
         return {"size": self._size, "capacity": self.capacity, "directory": self._dir}

@@ -20,7 +20,8 @@ from rlbench.protocols import ReplayCapabilities, Sample
 from rlbench.wire import Op, decode, encode, read_text
 
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
-STATUS_FIELDS = ("done", "produced", "stored", "params_version", "learner_updates")
+# "finished" (the run is over) must not share a name with a transition field: a BATCH carries both.
+STATUS_FIELDS = ("finished", "produced", "stored", "params_version", "learner_updates")
 
 
 class ReplayNodeError(RlbenchError):
@@ -37,7 +38,7 @@ class ReplayClient:
         self.recorder = recorder or Recorder()
         self.timeout = timeout
         self.retries = retries if not reliable else 0
-        self.status: dict[str, int] = {"done": 0, "produced": 0, "stored": 0, "params_version": -1, "learner_updates": 0}
+        self.status: dict[str, int] = {"finished": 0, "produced": 0, "stored": 0, "params_version": -1, "learner_updates": 0}
         self.pushed: deque[tuple[Op, dict[str, np.ndarray]]] = deque()
         self._next_id = 1
 

@@ -227,13 +227,15 @@ class ReplayNode:
     # --------------------------------------------------------------------------- rate limiting
     def _status(self) -> dict[str, Any]:
         s = self.state
-        return {"done": np.uint8(s.done), "produced": np.int64(s.produced), "stored": np.int64(s.stored),
+        return {"finished": np.uint8(s.done), "produced": np.int64(s.produced), "stored": np.int64(s.stored),
                 "params_version": np.int64(s.params_version), "learner_updates": np.int64(s.learner_updates)}
 
     def _batch(self, batch_size: int, beta: float) -> dict[str, Any]:
         sample = self.memory.sample(batch_size, beta)
         self.limiter.sampled(batch_size)
-        return {"indices": sample.indices, "weights": sample.weights, **sample.transitions, **self._status()}
+        status = self._status()
+        assert not status.keys() & sample.transitions.keys(), "status fields would overwrite transitions"
+        return {"indices": sample.indices, "weights": sample.weights, **sample.transitions, **status}
 
     def _release_pending(self) -> None:
         size = len(self.memory)

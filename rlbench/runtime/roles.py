@@ -121,7 +121,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     h_act, h_env = recorder.histogram("actor.inference"), recorder.histogram("env.step")
     clock = time.perf_counter_ns
     try:
-        while not client.status["done"]:
+        while not client.status["finished"]:
             global_step = client.status["produced"] + produced - stored_sent
             t_a = clock()
             actions = actor.act(obs, global_step)
@@ -186,7 +186,7 @@ def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool, r
             weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
             actor.load_weights(weights, version)
             return version
-        if not wait or client.status["done"]:
+        if not wait or client.status["finished"]:
             return have
         if time.monotonic() > deadline:
             raise TimeoutError("the learner never published weights")

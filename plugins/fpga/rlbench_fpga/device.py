@@ -23,7 +23,6 @@ from typing import Any
 from rlbench.errors import RlbenchError
 
 PLATFORM_ENV = "RLBENCH_FPGA_PLATFORM"
-EMULATOR_LIBRARY = "libintelocl_emu.so"
 INSTALL_HINT = ("install an OpenCL device: `apt-get install pocl-opencl-icd ocl-icd-libopencl1 binutils` (CPU, PoCL), "
                 "or Intel's FPGA emulator: `pip install intel-opencl-fpga-emu-rt==2025.0.5 intel-opencl-rt==2025.0.5 "
                 "intel-cmplr-lib-rt==2025.0.5` (see plugins/fpga/README.md)")
@@ -33,26 +32,7 @@ class OpenclDeviceError(RlbenchError):
     """No usable OpenCL device, or a kernel that will not build on the chosen one."""
 
 
-def emulator_library() -> str | None:
-    path = os.path.join(sys.prefix, "lib", EMULATOR_LIBRARY)
-    return path if os.path.exists(path) else None
-
-
-def register_emulator() -> str | None:
-    """Make Intel's pip-installed FPGA emulator visible to the ICD loader; returns the vendors dir.
-    Leaves a user's own OCL_ICD_VENDORS alone."""
-    library = emulator_library()
-    if library is None or "OCL_ICD_VENDORS" in os.environ:
-        return os.environ.get("OCL_ICD_VENDORS")
-    vendors = os.path.join(tempfile.gettempdir(), f"rlbench-fpga-icd-{os.getuid()}")
-    os.makedirs(vendors, exist_ok=True)
-    for icd in glob.glob("/etc/OpenCL/vendors/*.icd"):
-        shutil.copy(icd, vendors)
-    with open(os.path.join(vendors, "intel-fpga-emu.icd"), "w") as handle:
-        handle.write(library + "\n")
-    os.environ["OCL_ICD_VENDORS"] = vendors
-    return vendors
-
+from rlbench_fpga.icd import EMULATOR_LIBRARY, emulator_library, register_emulator  # noqa: E402
 
 register_emulator()
 import pyopencl as cl  # noqa: E402  (after the ICD set-up above)

@@ -52,16 +52,25 @@ def rlbench_fingerprint():
 
 
 def probe() -> Probe:
+    """Cheap on purpose (`rlbench list` runs it): asks the OpenCL ICD loader through ctypes how many
+    platforms exist, without importing pyopencl; `rlbench fpga devices` shows which device is chosen."""
     found = probe_modules("numpy", "pyopencl", "mako", hint="pip install -e plugins/fpga (pulls pyopencl and mako)")
     if not found.available:
         return found
-    from rlbench_fpga.device import OpenclDeviceError, choose, describe
+    import ctypes
+    import ctypes.util
 
+    from rlbench_fpga.icd import register_emulator
+
+    register_emulator()  # the FPGA emulator's .icd must be in place before the loader looks
+    name = ctypes.util.find_library("OpenCL") or "libOpenCL.so.1"
     try:
-        device, why = choose()
-    except OpenclDeviceError as error:
-        return Probe.missing(str(error))
-    info = describe(device)
-    mode = f"emulation: {info.emulation_kind}" if info.emulation else "FPGA board"
-    return Probe.ok(f"{info.device} [{info.type}] on {info.platform} ({mode})")
-
+        loader = ctypes.CDLL(name)
+    except OSError:
+        return Probe.missing("no OpenCL ICD loader: apt-get install ocl-icd-libopencl1 pocl-opencl-icd")
+    count = ctypes.c_uint(0)
+    status = loader.clGetPlatformIDs(0, None, ctypes.byref(count))
+    if status != 0 or count.value == 0:
+        return Probe.missing("no OpenCL platform found: apt-get install pocl-opencl-icd (CPU), or install Intel's "
+                             "FPGA emulator (see plugins/fpga/README.md)")
+    return Probe.ok(f"{count.value} OpenCL platform(s); `rlbench fpga devices` shows the device chosen")
