@@ -287,6 +287,9 @@ class Actor(Protocol):
 
     def load_weights(self, weights: Sequence["np.ndarray"], version: int) -> None: ...
 
+    # Optional: `initial_priorities(transitions) -> np.ndarray`, the priorities an actor computes for
+    # the transitions it inserts into a prioritized replay (Ape-X); without it new items get the max.
+
 
 @runtime_checkable
 class Learner(Protocol):

@@ -62,6 +62,21 @@ def test_dqn_priorities_are_abs_td_error_before_the_step_plus_eps(compute):
     np.testing.assert_allclose(priorities, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_dqn_actor_initial_priorities_are_its_own_abs_td_error(compute):
+    # Ape-X: the actor's priority for new experience is |TD error| under its own weights (vanilla
+    # target: the actor has no target network), plus eps.
+    config = DQNConfig(per_eps=0.01, double_dqn=False)
+    learner = DQN().make_learner(CARTPOLE, compute, config, seed=2)
+    actor = DQN().make_actor(CARTPOLE, compute, config, seed=2)
+    actor.load_weights(learner.weights(), 0)
+    t = fixed_batch(CARTPOLE, seed=2).transitions
+    with torch.no_grad():
+        q = learner.q_network(torch.as_tensor(t["obs"])).numpy()
+        next_q = learner.q_network(torch.as_tensor(t["next_obs"])).numpy().max(axis=1)
+    expected = np.abs(t["reward"] + 0.99 * (1 - t["done"]) * next_q - q[np.arange(64), t["action"]]) + 0.01
+    np.testing.assert_allclose(actor.initial_priorities(t), expected, rtol=1e-4, atol=1e-5)
+
+
 def test_dqn_zero_importance_weights_leave_the_network_unchanged(compute):
     learner = DQN().make_learner(CARTPOLE, compute, DQNConfig(max_grad_norm=0.0), seed=2)
     before = learner.weights()

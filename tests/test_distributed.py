@@ -33,16 +33,27 @@ def short_config(**kw) -> RunConfig:
 
 
 def rlb_processes() -> list[tuple[int, str]]:
+    """Role processes started from this test process (others may run their own rlbench jobs)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 name = (entry / "comm").read_text().strip()
+                status = (entry / "status").read_text()
             except OSError:
                 continue
-            if name.startswith("rlb-"):
+            parent = int(status.split("PPid:", 1)[1].split()[0])
+            if name.startswith("rlb-") and parent in (os.getpid(), *child_pids()):
                 found.append((int(entry.name), name))
     return found
+
+
+def child_pids() -> list[int]:
+    """Direct children of this process (the CLI subprocess of the Ctrl-C test launches roles)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def kill_role_when_running(name: str, after_s: float, killed: list) -> threading.Thread:
@@ -64,13 +75,14 @@ def kill_role_when_running(name: str, after_s: float, killed: list) -> threading
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    before_shm = set(os.listdir("/dev/shm"))
+    before_shm = {name for name in os.listdir("/dev/shm") if "rlb" in name}
     yield
     deadline = time.monotonic() + 10
     while rlb_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert rlb_processes() == [], "role processes outlived the run"
-    assert set(os.listdir("/dev/shm")) - before_shm == set(), "shared memory left in /dev/shm"
+    left = {name for name in os.listdir("/dev/shm") if "rlb" in name} - before_shm
+    assert left == set(), f"shared memory left in /dev/shm: {left}"
 
 
 @pytest.mark.parametrize("placement", ["server", "in-network"])

@@ -76,6 +76,15 @@ class DQNActor:
     def load_weights(self, weights: Sequence[np.ndarray], version: int) -> None:
         self.q_values.load(weights, version)
 
+    def initial_priorities(self, transitions: dict[str, np.ndarray]) -> np.ndarray:
+        """Ape-X: |TD error| under the actor's own (possibly stale) weights, so new experience enters
+        a prioritized replay with a priority that means something rather than the maximum seen."""
+        q = self.q_values(transitions["obs"])
+        next_q = self.q_values(transitions["next_obs"]).max(axis=1)
+        target = transitions["reward"] + self.config.gamma * (1.0 - transitions["done"]) * next_q
+        taken = q[np.arange(len(q)), transitions["action"]]
+        return np.abs(target - taken) + self.config.per_eps
+
 
 class DQNLearner:
     """TD learning of Q(s, a) with a target network; the loss is weighted by importance weights."""

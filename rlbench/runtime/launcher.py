@@ -15,7 +15,7 @@ import queue
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -77,9 +77,31 @@ class RoleHandle:
     def alive(self) -> bool:
         return self.process.is_alive()
 
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout=timeout)
+
     @property
     def exitcode(self) -> int | None:
         return self.process.exitcode
+
+
+class Launcher(Protocol):
+    """What a distributed run needs from whatever starts its roles. `LocalLauncher` spawns local
+    processes; a cluster-engine launcher (Ray actors) implements the same calls."""
+
+    handles: list[RoleHandle]  # every role started, for liveness and joins
+
+    def start(self, spec: RoleSpec) -> RoleHandle: ...
+
+    def wait_address(self, node: RoleHandle) -> str: ...
+
+    def collect(self) -> dict[str, tuple[str, Any]]: ...
+
+    def failure_of(self, handle: RoleHandle) -> str: ...
+
+    def stop_all(self, grace: float = GRACE_S) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class LocalLauncher:
@@ -153,11 +175,12 @@ class DistributedOutcome:
     roles: dict[str, Any] = field(default_factory=dict)
 
 
-def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> DistributedOutcome:
+def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
+                    launcher: Launcher | None = None) -> DistributedOutcome:
     """Start replay node, learner and actors; return when the run is over and every role has stopped."""
     base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options)
     base.config["replay"] = plan.replay.name
-    launcher = LocalLauncher()
+    launcher = launcher or LocalLauncher()
     failures: list[str] = []
     stop_reason = ""
     final_weights, weights_version, node_report = None, -1, None
@@ -184,7 +207,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> Distribu
             try:
                 control.call(Op.FETCH_PARAMS, {"have_version": np.int64(2**62)})  # cheap status poll
             except (ConnectionError, OSError, RlbenchError) as exc:
-                node.process.join(timeout=2)
+                node.join(2)
                 stop_reason = f"lost the replay node ({exc})" if node.alive() else \
                     f"the replay node died ({launcher.failure_of(node)})"
                 break
@@ -213,7 +236,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget) -> Distribu
         else:
             for handle in launcher.handles:
                 if handle.role != "replay":
-                    handle.process.join(timeout=GRACE_S)
+                    handle.join(GRACE_S)
             op, arrays = control.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
             if op == Op.PARAMS:
                 weights_version = int(arrays["version"])

@@ -101,6 +101,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
                                                          **spec.options.get("environment", {}))
     compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
     actor = algorithm.make_actor(env.spec, compute, hp, seed)
+    prioritized = registry.get("replay", config.replay).capabilities.prioritized
+    priorities_of = getattr(actor, "initial_priorities", None) if prioritized else None
     recorder = Recorder()
     staleness = Recorder()
     connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
@@ -144,12 +146,12 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             episode_length[ended] = 0
             obs = result.observations
             if len(chunk["obs"]) >= rows:
-                stored_sent += _flush(client, chunk, produced - stored_sent)
+                stored_sent += _flush(client, chunk, produced - stored_sent, priorities_of)
                 staleness.histogram("weights_staleness").record(client.status["learner_updates"] - version)
                 if client.status["params_version"] > version:
                     version = _fetch_weights(client, actor, version, wait=False, recorder=recorder)
         if chunk["obs"]:  # the run is over, but what was produced is still stored
-            stored_sent += _flush(client, chunk, produced - stored_sent)
+            stored_sent += _flush(client, chunk, produced - stored_sent, priorities_of)
     finally:
         env.close()
     lost_unsent = produced - stored_sent
@@ -165,10 +167,10 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     return report
 
 
-def _flush(client: ReplayClient, chunk: dict[str, list], produced: int) -> int:
+def _flush(client: ReplayClient, chunk: dict[str, list], produced: int, priorities_of=None) -> int:
     transitions = {name: np.concatenate(values) if np.ndim(values[0]) else np.asarray(values)
                    for name, values in chunk.items()}
-    client.add(transitions, produced=produced)
+    client.add(transitions, priorities_of(transitions) if priorities_of else None, produced=produced)
     for values in chunk.values():
         values.clear()
     return len(transitions["obs"])
