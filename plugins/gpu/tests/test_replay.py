@@ -1,0 +1,87 @@
+"""Replay gpu on the CPU device: the conformance kit, and agreement with the core's prioritized memory."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlbench.builtin.replay import PrioritizedReplay
+from rlbench.errors import RlbenchError
+from rlbench.testing import check_replay_memory
+from rlbench_gpu.replay import GpuPrioritizedReplay
+
+
+def make(capacity, **kw):
+    return GpuPrioritizedReplay(capacity, alpha=kw.pop("alpha", 0.6), seed=kw.pop("seed", 0), device="cpu", **kw)
+
+
+def rows(n, start=0):
+    items = np.arange(start, start + n)
+    return {"obs": (items[:, None] + np.zeros((1, 4))).astype(np.float32), "action": items.astype(np.int64),
+            "done": (items % 2).astype(np.float32)}
+
+
+def test_conformance_kit_on_the_cpu_device():
+    report = check_replay_memory(lambda capacity: make(capacity))
+    assert report["prioritized"] and min(report["p_values"]) >= 1e-6
+
+
+def test_priorities_and_weights_match_the_core_memory_after_the_same_calls():
+    rng = np.random.default_rng(3)
+    ours, core = make(1000, alpha=0.7), PrioritizedReplay(1000, alpha=0.7, seed=0)
+    first = rng.exponential(1.0, 700)
+    for memory in (ours, core):
+        memory.add(rows(700), first)
+    for _ in range(5):  # overwrite past the end (FIFO), then updates with repeated indices
+        batch, priorities = rows(300), rng.exponential(2.0, 300)
+        assert np.array_equal(ours.add(batch, priorities), core.add(batch, priorities))
+        indices = rng.integers(0, 1000, 400)
+        new = rng.exponential(1.0, 400)
+        ours.update_priorities(indices, new)
+        core.update_priorities(indices, new)
+    assert np.allclose(ours.priorities(np.arange(1000)), core.priorities(np.arange(1000)), rtol=1e-6)  # the C tree computes p**alpha in float32
+    ours_stats, core_stats = ours.stats(), core.stats()
+    for key in ("size", "total_priority", "min_priority", "max_priority_seen"):
+        assert ours_stats[key] == pytest.approx(core_stats[key], rel=1e-6), key
+    sample = ours.sample(512, beta=0.5)
+    scaled = ours.priorities(sample.indices)
+    assert np.allclose(sample.weights, (scaled / core_stats["min_priority"]) ** -0.5, rtol=1e-5)
+    assert np.array_equal(sample.transitions["action"] % 1000, sample.transitions["action"])
+
+
+def test_torch_tensors_in_and_numpy_out_on_the_cpu_device():
+    memory = make(64)
+    batch = {k: torch.from_numpy(v) for k, v in rows(40).items()}
+    memory.add(batch, torch.full((40,), 2.0))
+    memory.update_priorities(torch.tensor([1, 1, 2]), torch.tensor([5.0, 0.0, 3.0]))  # last wins: 1 -> 0
+    assert memory.priorities([1, 2]) == pytest.approx([0.0, 3.0 ** 0.6])
+    sample = memory.sample(256)
+    assert isinstance(sample.indices, np.ndarray) and isinstance(sample.transitions["obs"], np.ndarray)
+    assert 1 not in sample.indices  # zero priority: never sampled
+    assert np.array_equal(sample.transitions["action"], sample.indices)
+    with pytest.raises(RlbenchError, match="index 64 out of range"):
+        memory.update_priorities(torch.tensor([64]), torch.tensor([1.0]))
+    with pytest.raises(RlbenchError, match="indices must be integers"):
+        memory.update_priorities(torch.tensor([1.5]), torch.tensor([1.0]))
+
+
+def test_all_zero_priorities_are_refused_at_sample_time():
+    memory = make(16)
+    memory.add(rows(4), np.zeros(4))
+    with pytest.raises(RlbenchError, match="every stored priority is zero"):
+        memory.sample(2)
+
+
+def test_a_batch_longer_than_the_memory_keeps_its_last_items():
+    memory = make(8)
+    indices = memory.add(rows(20))
+    assert len(memory) == 8 and indices.tolist() == [i % 8 for i in range(20)]
+    items = memory.sample(200).transitions["action"]
+    assert set(items.tolist()) == set(range(12, 20))
+
+
+def test_tree_layout_covers_odd_capacities():
+    for capacity in (1, 2, 3, 17, 1000, 4097):
+        memory = make(capacity)
+        assert memory.n_blocks * memory.block >= capacity
+        memory.add(rows(capacity))
+        assert set(memory.sample(max(64, 4 * capacity)).indices.tolist()) <= set(range(capacity))
