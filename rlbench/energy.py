@@ -16,6 +16,8 @@ RAPL_GLOB = "/sys/class/powercap/intel-rapl:*/energy_uj"
 class RaplMeter:
     """Package energy summed over every readable RAPL domain of the top level (one per socket)."""
 
+    name = "rapl"
+
     def __init__(self) -> None:
         self.paths = [p for p in sorted(glob.glob(RAPL_GLOB)) if p.count(":") == 1]
         self.reason = ""
@@ -50,3 +52,38 @@ class RaplMeter:
             end = self._read_int(path)
             total_uj += end - begin if end >= begin else end + wrap - begin  # counter wrapped
         return {"kind": "measured", "joules": total_uj / 1e6, "source": "rapl", "domains": len(self.paths)}
+
+
+class EnergyMeters:
+    """Every meter the plugins offer for a run (the core's RAPL meter comes through the same hook)."""
+
+    def __init__(self, config: Any) -> None:
+        from rlbench.plugins import call_hook_safely
+
+        self.meters: list[Any] = []
+        self.failed: dict[str, Any] = {}
+        for plugin, meters in call_hook_safely("rlbench_energy_meters", config=config):
+            if isinstance(meters, dict) and "error" in meters:
+                self.failed[plugin] = {"kind": None, "joules": None, "source": plugin, "reason": meters["error"]}
+            else:
+                self.meters.extend(meters or [])
+
+    def start(self) -> None:
+        for meter in self.meters:
+            meter.start()
+
+    def stop(self, throughput: dict[str, Any]) -> dict[str, Any]:
+        """{meter name: reading}, with samples and env steps per joule where joules were measured."""
+        readings = dict(self.failed)
+        for meter in self.meters:
+            try:
+                reading = meter.stop()
+            finally:
+                close = getattr(meter, "close", None)
+                if close is not None:
+                    close()
+            if reading.get("joules"):
+                reading = {**reading, "samples_per_joule": throughput.get("samples", 0) / reading["joules"],
+                           "env_steps_per_joule": throughput.get("env_steps", 0) / reading["joules"]}
+            readings[meter.name] = reading
+        return readings

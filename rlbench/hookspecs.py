@@ -97,6 +97,19 @@ def rlbench_fingerprint() -> dict[str, Any] | None:
 
 
 @hookspec
+def rlbench_energy_meters(config: Any) -> list[Any] | None:
+    """Energy meters for a run, started before training and stopped after it.
+
+    :param config: the :class:`rlbench.config.RunConfig` about to run (return nothing if it does
+        not concern your hardware).
+    :return: meters, each with ``name`` (its key in ``result["energy"]``), ``start()`` and
+        ``stop() -> {"kind": "measured" | "modelled" | None, "joules": float | None, "source": str,
+        "reason": str (when joules is None)}``, and optionally ``close()``. Never report a made-up
+        measured figure: no counter, no ``"measured"``.
+    """
+
+
+@hookspec
 def rlbench_run_configured(config: Any) -> None:
     """Called once a run's configuration is resolved and validated, before any component starts.
 

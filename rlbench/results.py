@@ -106,9 +106,9 @@ def render(result: dict[str, Any]) -> str:
     acc = result["accounting"]
     lines.append(f"  transitions produced {_fmt(acc['produced'])} = stored {_fmt(acc['stored'])} + dropped {_fmt(acc['dropped'])}"
                  + (f" {acc['dropped_by_cause']}" if acc["dropped"] else ""))
-    energy = result["energy"]
-    lines.append(f"  energy: {_fmt(energy.get('joules'))} J ({energy.get('kind') or 'not measured'}"
-                 + (f": {energy['reason']}" if energy.get("reason") else "") + ")")
+    for name, energy in result["energy"].items():
+        lines.append(f"  energy ({name}): {_fmt(energy.get('joules'))} J ({energy.get('kind') or 'not measured'}"
+                     + (f": {energy['reason']}" if energy.get("reason") else "") + ")")
     if result["latency"]:
         lines.append("  latency (us)            count       p50       p90       p99       max")
         for op, s in result["latency"].items():

@@ -16,7 +16,7 @@ import numpy as np
 
 import rlbench
 from rlbench.config import RunConfig, apply_overrides
-from rlbench.energy import RaplMeter
+from rlbench.energy import EnergyMeters
 from rlbench.fingerprint import machine_fingerprint
 from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
@@ -159,10 +159,10 @@ def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, b
 def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
                    progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     total_steps = budget.total_steps
-    meter = RaplMeter()
+    meters = EnergyMeters(config)
     started_unix = time.time()
     cpu0 = os.times()
-    meter.start()
+    meters.start()
     t0 = time.perf_counter()
     train = _train_local if config.placement == "local" else _train_distributed
     trained = train(config, plan, algorithm, hp, budget)
@@ -173,7 +173,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     elif trained.stop_reason:
         status, reason = "incomplete", trained.stop_reason
     wall = time.perf_counter() - t0
-    energy = meter.stop()
+    energy = meters.stop({"samples": stats.samples, "env_steps": stats.env_steps})
     cpu1 = os.times()
     # children_* covers the role processes of a distributed run once they have been joined
     cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system) + (cpu1.children_user - cpu0.children_user) \

@@ -35,7 +35,10 @@ def nvml_handle(pynvml: Any, torch_index: int) -> Any:
 
 
 class NvmlMeter:
-    """start() ... stop() -> {"kind": "measured", "joules": ..., "source": "nvml", ...} or the reason why not."""
+    """start() ... stop() -> {"kind": "measured", "joules": ..., "source": "nvml", ...} or the reason why not.
+    An rlbench energy meter (hook rlbench_energy_meters): its reading lands in result["energy"]["nvml"]."""
+
+    name = SOURCE
 
     def __init__(self, device_index: int = 0, *, interval_s: float = 0.02) -> None:
         self.device_index = int(device_index)
@@ -49,12 +52,12 @@ class NvmlMeter:
         self._samples: list[tuple[float, float]] = []  # (time s, watts)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.name = ""
+        self.device_name = ""
         try:
             self._pynvml = _nvml()
             self._handle = nvml_handle(self._pynvml, self.device_index)
             name = self._pynvml.nvmlDeviceGetName(self._handle)
-            self.name = name.decode() if isinstance(name, bytes) else str(name)
+            self.device_name = name.decode() if isinstance(name, bytes) else str(name)
         except ModuleNotFoundError:
             self.reason = "pynvml not installed: pip install 'rlbench-gpu[energy]' (nvidia-ml-py)"
         except Exception as error:  # noqa: BLE001 - pynvml.NVMLError and friends: say what NVML said
@@ -102,7 +105,7 @@ class NvmlMeter:
             self._samples.append((seconds, self._watts()))
             joules = sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(self._samples, self._samples[1:]))
         return {"kind": "measured", "joules": joules, "source": SOURCE, "method": self._method,
-                "device": f"cuda:{self.device_index} {self.name}", "seconds": seconds,
+                "device": f"cuda:{self.device_index} {self.device_name}", "seconds": seconds,
                 "mean_watts": joules / seconds if seconds > 0 else None}
 
     def close(self) -> None:
@@ -111,12 +114,3 @@ class NvmlMeter:
             self._thread.join()
         if self._pynvml is not None and self.available:
             self._pynvml.nvmlShutdown()
-
-
-def per_joule(energy: dict[str, Any], throughput: dict[str, Any]) -> dict[str, Any]:
-    """Adds samples and env steps per joule (measured, like the joules they come from)."""
-    joules = energy.get("joules")
-    if not joules:
-        return energy
-    return {**energy, "samples_per_joule": throughput.get("samples", 0) / joules,
-            "env_steps_per_joule": throughput.get("env_steps", 0) / joules}

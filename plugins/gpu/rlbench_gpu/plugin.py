@@ -115,45 +115,15 @@ def rlbench_fingerprint():
 
 
 # -- NVML energy for runs that use a gpu component ----------------------------------------------------
-_meter: Any = None
-
-
 def uses_gpu(config: Any) -> bool:
     return config.compute == "gpu" or config.replay == "gpu" or str(config.env).startswith("gpu/")
 
 
 @hookimpl
-def rlbench_run_configured(config):
-    global _meter
+def rlbench_energy_meters(config):
+    """NVML's reading goes into result["energy"]["nvml"] (the runner adds per-joule rates)."""
     if not uses_gpu(config):
-        return
+        return None
     from rlbench_gpu.energy import NvmlMeter
 
-    _meter = NvmlMeter(int(config.options.get("compute", {}).get("device", 0)))
-    _meter.start()
-
-
-@hookimpl
-def rlbench_run_finished(result, path):
-    """Adds result["energy"]["nvml"] (measured joules, samples and env steps per joule, or why not)
-    and rewrites the result file with it."""
-    global _meter
-    if _meter is None:
-        return
-    from rlbench_gpu.energy import per_joule
-
-    meter, _meter = _meter, None
-    try:
-        result["energy"]["nvml"] = per_joule(meter.stop(), result.get("throughput", {}))
-    finally:
-        meter.close()
-    if path:  # the runner wrote the file before this hook: write it again, the same way, with the entry
-        import json
-        from pathlib import Path
-
-        from rlbench.results import _clean
-
-        target = Path(path)
-        temporary = target.with_name(target.name + ".tmp")
-        temporary.write_text(json.dumps(_clean({k: v for k, v in result.items() if k != "path"}), indent=2))
-        os.replace(temporary, target)
+    return [NvmlMeter(int(config.options.get("compute", {}).get("device", 0)))]

@@ -1,14 +1,12 @@
-"""NVML energy: without an NVIDIA driver the meter says why and reports no joules; the run hooks add
-the entry to the result and its file."""
-
-import json
+"""NVML energy: without an NVIDIA driver the meter says why and reports no joules; runs that use a
+gpu component get the meter through rlbench_energy_meters."""
 
 import pytest
 import torch
 
 from rlbench.config import RunConfig
 from rlbench_gpu import plugin
-from rlbench_gpu.energy import NvmlMeter, per_joule
+from rlbench_gpu.energy import NvmlMeter
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-NVIDIA path")
@@ -21,26 +19,23 @@ def test_without_nvml_the_meter_reports_the_reason_and_no_figure():
     assert energy["reason"].startswith(("pynvml not installed", "NVML unavailable"))
 
 
-def test_per_joule_figures_come_from_the_measured_joules():
-    energy = per_joule({"kind": "measured", "joules": 50.0}, {"samples": 1000, "env_steps": 200})
-    assert energy["samples_per_joule"] == 20.0 and energy["env_steps_per_joule"] == 4.0
-    assert per_joule({"kind": None, "joules": None}, {"samples": 5}) == {"kind": None, "joules": None}
+def test_runs_with_gpu_components_get_an_nvml_meter_and_others_none():
+    meters = plugin.rlbench_energy_meters(config=RunConfig(compute="gpu"))
+    assert [m.name for m in meters] == ["nvml"]
+    meters[0].start()
+    reading = meters[0].stop()
+    meters[0].close()
+    assert reading["source"] == "nvml" and (reading["kind"] == "measured") == (reading["joules"] is not None)
+    assert plugin.rlbench_energy_meters(config=RunConfig(compute="cpu")) is None
 
 
-def test_run_hooks_add_the_nvml_entry_to_the_result_and_its_file(tmp_path):
-    path = tmp_path / "result.json"
-    result = {"energy": {"kind": None, "joules": None, "source": "rapl"}, "throughput": {"samples": 10, "env_steps": 5},
-              "path": str(path)}
-    path.write_text(json.dumps(result))
-    plugin.rlbench_run_configured(config=RunConfig(compute="gpu"))
-    plugin.rlbench_run_finished(result=result, path=str(path))
-    entry = result["energy"]["nvml"]
-    assert entry["source"] == "nvml" and (entry["kind"] == "measured") == (entry["joules"] is not None)
-    assert json.loads(path.read_text())["energy"]["nvml"] == entry
+def test_the_runner_puts_every_meter_under_its_name():
+    from rlbench.energy import EnergyMeters
 
-
-def test_runs_without_gpu_components_are_not_metered():
-    result = {"energy": {}, "throughput": {}}
-    plugin.rlbench_run_configured(config=RunConfig(compute="cpu"))
-    plugin.rlbench_run_finished(result=result, path=None)
-    assert "nvml" not in result["energy"]
+    meters = EnergyMeters(RunConfig(replay="gpu"))
+    meters.start()
+    energy = meters.stop({"samples": 10, "env_steps": 5})
+    assert {"rapl", "nvml"} <= set(energy)
+    for reading in energy.values():
+        assert reading["kind"] in ("measured", None)
+        assert (reading["joules"] is None) == (reading["kind"] is None)

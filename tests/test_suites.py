@@ -1,0 +1,222 @@
+"""The asv suites: the fixed component lists cover every in-repo component, the matrix skips what the
+CLI's validator refuses, and the quick suite runs for real (asv, existing environment) and publishes a
+dashboard that headless Chromium draws (screenshot kept at results/asv-dashboard.png)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rlbench.bench import matrix
+from rlbench.errors import RlbenchError
+from rlbench.plugins import get_registry
+from rlbench.validate import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOT = ROOT / "results" / "asv-dashboard.png"
+SUITES = ("bench_transport", "bench_replay", "bench_compute", "bench_env", "bench_e2e")
+# The dashboard's scripts come from CDNs; these Debian packages serve the same libraries offline.
+OFFLINE_ASSETS = {
+    "jquery-3.3.1.min.js": "/usr/share/javascript/jquery/jquery.min.js",
+    "jquery.flot.min.js": "/usr/share/javascript/jquery-flot/jquery.flot.pack.js",
+    "md5.min.js": "/usr/share/javascript/blueimp-md5/md5.min.js",
+    "bootstrap.min.js": "/usr/share/javascript/bootstrap/js/bootstrap.min.js",
+    "bootstrap.min.css": "/usr/share/javascript/bootstrap/css/bootstrap.min.css",
+}
+DEBIAN_PACKAGES = "chromium libjs-jquery libjs-jquery-flot libjs-bootstrap node-blueimp-md5"
+
+
+def in_repo_plugins() -> set[str]:
+    """builtin plus the entry-point names declared by the plugin folders of this repository."""
+    names = {"builtin"}
+    for pyproject in [*ROOT.glob("plugins/*/pyproject.toml"), *ROOT.glob("examples/*/pyproject.toml")]:
+        data = tomllib.loads(pyproject.read_text())
+        names |= set(data.get("project", {}).get("entry-points", {}).get("rlbench", {}))
+    return names
+
+
+def test_fixed_lists_name_every_registered_in_repo_component():
+    registry = get_registry()
+    plugins = in_repo_plugins()
+    missing = [f"{c.kind} {c.name!r} (plugin {c.plugin})" for c in registry.components()
+               if c.plugin in plugins and c.name not in matrix.COMPONENTS[c.kind]]
+    assert not missing, f"add to rlbench/bench/matrix.py's fixed lists: {', '.join(missing)}"
+
+
+def test_suite_parameters_are_plain_strings_from_the_fixed_lists():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from suites import bench_compute, bench_e2e, bench_env, bench_replay, bench_transport
+    finally:
+        sys.path.remove(str(ROOT))
+    for cls in (bench_transport.Transport, bench_replay.Replay, bench_compute.Inference, bench_compute.LearnerUpdate,
+                bench_compute.TabularUpdate, bench_env.Step, bench_e2e.ReplayLoop, bench_e2e.Tabular):
+        assert len(cls.params) == len(cls.param_names)
+        assert all(isinstance(value, str) for values in cls.params for value in values), cls.__name__
+    assert bench_transport.Transport.params[0] == list(matrix.TRANSPORTS)
+    assert bench_replay.Replay.params[0] == list(matrix.REPLAYS)
+    assert bench_env.Step.params[0] == list(matrix.ENVIRONMENTS)
+    grid = {cell.label for cell in matrix.replay_loop_cells() + matrix.tabular_cells()}
+    assert len(grid) == math.prod(map(len, bench_e2e.ReplayLoop.params)) + math.prod(map(len, bench_e2e.Tabular.params))
+    assert {cell.label for cell in matrix.QUICK} <= grid
+
+
+def test_matrix_skips_with_the_validators_own_message():
+    registry = get_registry()
+    invalid = matrix.Cell("dqn", "server", "inproc", "uniform", "cpu")  # inproc cannot cross processes
+    with pytest.raises(RlbenchError) as refused:
+        validate(invalid.run_config(), registry)
+    assert matrix.skip_reason(invalid, registry) == str(refused.value)
+    tabular_remote = matrix.Cell("qlearning", "in-network", "inproc", matrix.NO_REPLAY, "cpu")
+    assert "placement local only" in matrix.skip_reason(tabular_remote, registry)
+    assert "uses no transport" in matrix.skip_reason(matrix.Cell("dqn", "local", "tcp", "uniform", "cpu"), registry)
+    assert matrix.skip_reason(matrix.Cell("dqn", "local", "inproc", "uniform", "cpu"), registry) is None
+
+
+def test_quick_cells_are_never_refused_as_invalid_combinations():
+    """A quick cell may lack its hardware here, but the validator must accept the combination."""
+    registry = get_registry()
+    for cell in matrix.QUICK:
+        reason = matrix.skip_reason(cell, registry)
+        assert reason is None or "unavailable" in reason or "not registered" in reason, (cell.label, reason)
+
+
+def test_time_to_threshold_uses_the_moving_window():
+    curve = [{"return": r, "time_s": float(t)} for t, r in enumerate([10, 30, 50, 70, 90], start=1)]
+    assert matrix.time_to_threshold(curve, 60.0, 2) == 4.0  # (50 + 70) / 2 = 60 at the 4th episode
+    assert math.isnan(matrix.time_to_threshold(curve, 85.0, 2))
+
+
+# -- the quick suite, for real ------------------------------------------------------------------------
+def _asv(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "asv", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """asv's quick mode over every suite in this environment, results and dashboard in a temp dir."""
+    if importlib.util.find_spec("asv") is None:
+        pytest.skip("asv not installed: pip install asv")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout: asv records results under a commit")
+    work = tmp_path_factory.mktemp("asv")
+    conf = json.loads(re.sub(r"^\s*//.*$", "", (ROOT / "asv.conf.json").read_text(), flags=re.M))
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "suites"), results_dir=str(work / "results"),
+                html_dir=str(work / "html"), env_dir=str(work / "env"))
+    (work / "asv.conf.json").write_text(json.dumps(conf))
+    # asv's machine file lives in $HOME: use a private one, keeping the real cache (PoCL's compiled kernels).
+    env = dict(os.environ, HOME=str(work), XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
+               OMP_NUM_THREADS="1", RLBENCH_ASV_MATRIX="quick")
+    machine = ["--machine", "rlbench-test"]
+    config = ["--config", str(work / "asv.conf.json")]
+    assert _asv(["machine", "--yes", *machine, *config], env, 60).returncode == 0
+    recorded = subprocess.run([sys.executable, "-m", "suites.machine", *machine], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert recorded.returncode == 0, recorded.stderr
+    run = _asv(["run", "--python=same", "--quick", *machine, *config, "--set-commit-hash", head.stdout.strip()],
+               env, 900)
+    published = _asv(["publish", *config], env, 300)
+    return {"run": run, "published": published, "work": work, "commit": head.stdout.strip()}
+
+
+def _results(quick_run) -> dict:
+    (path,) = [p for p in (quick_run["work"] / "results" / "rlbench-test").glob("*.json") if p.name != "machine.json"]
+    return json.loads(path.read_text())
+
+
+def test_quick_suite_runs_every_benchmark_without_failure(quick_run):
+    run = quick_run["run"]
+    failures = [line for line in run.stdout.splitlines() if re.search(r"failed\s*$", line)]
+    assert run.returncode == 0, "asv run failed:\n" + "\n".join(failures) + "\n" + run.stdout[-6000:]
+    result = _results(quick_run)
+    names = set(result["results"])
+    for suite in SUITES:
+        assert any(name.startswith(suite + ".") for name in names), f"{suite} did not run"
+    # Every quick cell that can run here was measured: a number, not a skip.
+    columns = result["result_columns"]
+    steps = dict(zip(columns, result["results"]["bench_e2e.ReplayLoop.track_env_steps_per_s"]))
+    params = [list(p) for p in steps["params"]]
+    registry = get_registry()
+    import itertools
+
+    index = {cell: i for i, cell in enumerate(itertools.product(*params))}
+    for cell in matrix.QUICK:
+        if cell.algo in matrix.REPLAY_LOOP_ALGORITHMS and matrix.skip_reason(cell, registry) is None:
+            key = tuple(repr(v) for v in (cell.algo, cell.placement, cell.transport, cell.replay, cell.compute))
+            value = steps["result"][index[key]]
+            assert value is not None and value > 0, (cell.label, value)
+
+
+def test_results_carry_the_hardware_fingerprint_beside_the_machine_name(quick_run):
+    params = _results(quick_run)["params"]
+    assert params["machine"] == "rlbench-test"
+    for plugin in ("dpdk", "fpga", "upmem", "gpu"):
+        assert params.get(f"rlbench_{plugin}"), f"no {plugin} fingerprint in {sorted(params)}"
+
+
+def _offline_html(html: Path) -> None:
+    """Point the dashboard's CDN scripts and styles at the Debian copies of the same libraries."""
+    index = html / "index.html"
+    text = index.read_text()
+    for asset, local in OFFLINE_ASSETS.items():
+        shutil.copy(local, html / asset)
+    text = re.sub(r'<script src="https://[^"]*/([^"/]+)"[^>]*></script>',
+                  lambda m: f'<script src="{m.group(1)}"></script>' if m.group(1) in OFFLINE_ASSETS else "", text)
+    text = re.sub(r'<link rel="stylesheet" href="https://[^"]*/([^"/]+)"[^>]*>',
+                  lambda m: f'<link rel="stylesheet" href="{m.group(1)}">', text)
+    index.write_text(text)
+
+
+def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    return subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={profile}", "--virtual-time-budget=20000", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dashboard_lists_the_suites_and_draws_a_graph(quick_run, tmp_path):
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("chromium not installed: apt-get install chromium")
+    missing = [path for path in OFFLINE_ASSETS.values() if not os.path.exists(path)]
+    if missing:
+        pytest.skip(f"dashboard libraries missing ({', '.join(missing)}): apt-get install {DEBIAN_PACKAGES}")
+    assert quick_run["published"].returncode == 0, quick_run["published"].stderr[-3000:]
+    html = tmp_path / "html"
+    shutil.copytree(quick_run["work"] / "html", html)
+    _offline_html(html)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        listing = _chromium(["--dump-dom", base], tmp_path / "profile")
+        graph_url = base + "#bench_e2e.ReplayLoop.track_env_steps_per_s"
+        graph = _chromium(["--dump-dom", graph_url], tmp_path / "profile")
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        shot = _chromium([f"--screenshot={SCREENSHOT}", "--window-size=1400,1000", graph_url], tmp_path / "profile")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "failed to load" not in listing.stdout, "the dashboard's scripts did not load"
+    for suite in SUITES:
+        assert suite in listing.stdout, f"dashboard does not list {suite}"
+    assert "flot-base" in graph.stdout and "<canvas" in graph.stdout, "no graph drawn"
+    assert shot.returncode == 0 and SCREENSHOT.stat().st_size > 10_000, shot.stderr[-2000:]
