@@ -233,7 +233,8 @@ def _attach_bench_commands() -> None:
 
     for module, attr in (("rlbench.bench.transport", "command"), ("rlbench.bench.replay", "command"),
                          ("rlbench.bench.compute", "command"), ("rlbench.bench.compute", "dqn_command"),
-                         ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command")):
+                         ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
+                         ("rlbench.bench.matrix", "command")):
         try:
             bench.add_command(getattr(importlib.import_module(module), attr))
         except (ImportError, AttributeError):

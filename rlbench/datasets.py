@@ -108,11 +108,13 @@ def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0,
 
     arrays = {name: np.empty(size, dtype=np.float32 if name == "reward" else np.uint8 if name == "done" else np.int32)
               for name in FIELDS}
-    state, _ = raw.reset(seed=seed)
+    encode = env.encode_observation
+    state = encode(raw.reset(seed=seed)[0])
     action = choose(state)
     episodes = 0
     for t in range(size):
         next_state, reward, terminated, truncated, _ = raw.step(action)
+        next_state = encode(next_state)
         next_action = choose(next_state)
         arrays["obs"][t], arrays["action"][t], arrays["reward"][t] = state, action, reward
         arrays["next_obs"][t], arrays["next_action"][t], arrays["done"][t] = next_state, next_action, terminated
@@ -121,7 +123,7 @@ def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0,
             q[state, action] += alpha * (target - q[state, action])
         if terminated or truncated:
             episodes += 1
-            state, _ = raw.reset()
+            state = encode(raw.reset()[0])
             action = choose(state)
         else:
             state, action = next_state, next_action

@@ -9,7 +9,8 @@ VENV=${RLBENCH_VENV:-.venv}
 
 # Debian packages the core and the plugins build or run against. Missing ones are installed when
 # we are root; otherwise the plugin that needs them reports itself unavailable, with the reason.
-DEBIAN_PACKAGES=(gcc pkg-config binutils iproute2 dpdk libdpdk-dev pocl-opencl-icd ocl-icd-libopencl1)
+DEBIAN_PACKAGES=(gcc pkg-config binutils iproute2 dpdk libdpdk-dev pocl-opencl-icd ocl-icd-libopencl1
+                 chromium libjs-jquery libjs-jquery-flot libjs-bootstrap node-blueimp-md5)
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -49,8 +49,18 @@ class GymnasiumEnv:
         self.envs = [gymnasium.make(resolved, disable_env_checker=True, **kwargs) for _ in range(num_envs)]
         first = self.envs[0]
         obs_space, act_space = first.observation_space, first.action_space
-        discrete_obs = isinstance(obs_space, gymnasium.spaces.Discrete)
-        discrete_act = isinstance(act_space, gymnasium.spaces.Discrete)
+        spaces = gymnasium.spaces
+        # A tuple of discrete spaces (Blackjack) is one discrete state: its mixed-radix index.
+        self._radices = None
+        if isinstance(obs_space, spaces.Tuple) and all(isinstance(s, spaces.Discrete) for s in obs_space.spaces):
+            self._radices = tuple(int(s.n) for s in obs_space.spaces)
+            self._starts = np.array([int(s.start) for s in obs_space.spaces])
+            obs_space = spaces.Discrete(int(np.prod(self._radices)))
+        elif not isinstance(obs_space, (spaces.Discrete, spaces.Box)):
+            raise ValueError(f"{env_id}: observation space {obs_space} is neither discrete, a tuple of discrete "
+                             "spaces, nor a box")
+        discrete_obs = isinstance(obs_space, spaces.Discrete)
+        discrete_act = isinstance(act_space, spaces.Discrete)
         self.spec = EnvSpec(
             id=resolved,
             num_envs=num_envs,
@@ -77,7 +87,7 @@ class GymnasiumEnv:
             obs, _ = env.reset(seed=None if seed is None else seed + i)
             if seed is not None:
                 env.action_space.seed(seed + i)
-            self._obs[i] = obs
+            self._obs[i] = self.encode_observation(obs)
         return self._obs.copy()
 
     def step(self, actions: np.ndarray) -> StepResult:
@@ -90,11 +100,17 @@ class GymnasiumEnv:
             action = int(actions[i]) if discrete else actions[i]
             obs, reward, term, trunc, _ = env.step(action)
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
-            self._final[i] = obs
+            self._final[i] = self.encode_observation(obs)
             if term or trunc:
                 obs, _ = env.reset()
-            self._obs[i] = obs
+            self._obs[i] = self.encode_observation(obs)
         return StepResult(self._obs.copy(), rewards, terminated, truncated, self._final.copy())
+
+    def encode_observation(self, obs):
+        """What the environment returned, as rlbench hands it out (tuple states as one index)."""
+        if self._radices is None:
+            return obs
+        return int(np.ravel_multi_index(tuple(np.asarray(obs) - self._starts), self._radices))
 
     def close(self) -> None:
         for env in self.envs:

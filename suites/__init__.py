@@ -1,0 +1,1 @@
+"""asv benchmark suites for rlbench (asv.conf.json at the repository root points here)."""
