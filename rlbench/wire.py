@@ -15,6 +15,7 @@ server answers with an ERROR message and counts, and keeps serving.
 from __future__ import annotations
 
 import enum
+import math
 import struct
 from typing import Any, Mapping
 
@@ -82,7 +83,7 @@ def encode(op: Op, arrays: Mapping[str, Any] | None = None, request_id: int = 0)
             parts.append(b"\0" * pad)
             offset += pad
         if array.nbytes:
-            parts.append(array.reshape(-1).view(np.uint8))
+            parts.append(memoryview(array).cast("B") if array.ndim else array.tobytes())
             offset += array.nbytes
     return parts
 
@@ -124,7 +125,7 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
             (nbytes,) = NBYTES.unpack_from(view, offset)
             offset += NBYTES.size
             dtype = DTYPES[code]
-            if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes:
+            if math.prod(shape) * dtype.itemsize != nbytes:
                 raise WireError(f"array {name!r}: shape {shape} of {dtype} does not make {nbytes} bytes")
             descriptors.append((name, dtype, shape, nbytes))
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
@@ -134,7 +135,8 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
         offset += -offset % 8
         if offset + nbytes > size:
             raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}")
-        arrays[name] = np.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
+        array = np.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+        arrays[name] = array if len(shape) == 1 else array.reshape(shape)
         offset += nbytes
     if offset != size:
         raise WireError(f"{size - offset} trailing bytes after the last array")
