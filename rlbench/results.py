@@ -92,6 +92,9 @@ def render(result: dict[str, Any]) -> str:
     lines.append(f"  wall {t['wall_s']:.1f} s   cpu {t['cpu_s']:.1f} s   utilisation {t['cpu_utilisation']:.2f} cores")
     lines.append(f"  env steps {_fmt(tp['env_steps'])} ({_fmt(tp['env_steps_per_s'])}/s)   updates {_fmt(tp['updates'])} "
                  f"({_fmt(tp['updates_per_s'])}/s)   samples {_fmt(tp['samples_per_s'])}/s")
+    steady = (result.get("loop") or {}).get("steady_env_steps_per_s")
+    if steady:
+        lines.append(f"  steady state (first to last INSERT at the replay node): {steady:,.1f} env steps/s")
     ev = result.get("evaluation") or {}
     if ev:
         solved = ev.get("success_rate")

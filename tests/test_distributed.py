@@ -100,6 +100,7 @@ def test_every_placement_over_every_transport(placement, transport):
     assert {"replay", "learner", "actor-0", "actor-1"} <= set(roles)
     for role in ("learner", "actor-0", "actor-1"):
         assert roles[role]["cpu_s"] > 0 and roles[role]["link"]["bytes_sent"] > 0
+    assert result["loop"]["steady_env_steps_per_s"] > result["throughput"]["env_steps_per_s"]  # start-up excluded
     limiter = result["loop"]["rate_limiter"]
     assert limiter["samples_per_insert_achieved"] > 0
     assert set(result["loop"]["weights_staleness"]) == {"actor-0", "actor-1"}

@@ -297,6 +297,7 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
     learner = reports.get("learner", {})
     stats = LoopStats(env_steps=node_produced, updates=learner.get("updates", 0), samples=learner.get("samples", 0))
     if node_report:
+        stats.extra["steady_env_steps_per_s"] = node_report["steady_env_steps_per_s"]
         stats.extra["rate_limiter"] = node_report["rate_limiter"]
         stats.extra["queue_depths"] = node_report["queue_depths"]
         stats.extra["replay_memory"] = node_report["memory"]

@@ -60,6 +60,9 @@ class NodeState:
     reports: dict[str, Any] = field(default_factory=dict)
     last_insert: dict[int, int] = field(default_factory=dict)  # peer -> request id, for idempotent retries
     roles: dict[int, str] = field(default_factory=dict)
+    first_insert_t: float | None = None  # perf_counter of the first INSERT (after the roles started)
+    first_insert_n: int = 0
+    last_insert_t: float | None = None
 
 
 class ReplayNode:
@@ -158,6 +161,10 @@ class ReplayNode:
         priorities = arrays.get("priorities")
         self.memory.add(transitions, priorities)
         self.state.last_insert[peer] = request_id
+        now = time.perf_counter()
+        if self.state.first_insert_t is None:
+            self.state.first_insert_t, self.state.first_insert_n = now, produced
+        self.state.last_insert_t = now
         self.state.produced += produced
         self.state.stored += n
         self.limiter.inserted(n)
@@ -279,6 +286,9 @@ class ReplayNode:
             "cpu_s": (cpu1.user - self.cpu0.user) + (cpu1.system - self.cpu0.system),
             "produced": s.produced,
             "stored": s.stored,
+            # env steps/s between the first and the last INSERT: the run without role start-up
+            "steady_env_steps_per_s": (s.produced - s.first_insert_n) / (s.last_insert_t - s.first_insert_t)
+            if s.first_insert_t is not None and s.last_insert_t > s.first_insert_t else None,
             "done_reason": s.done_reason,
             "rate_limiter": self.limiter.to_dict(),
             "histograms": {name: h.to_dict() for name, h in self.recorder.histograms.items() if h.count},
