@@ -274,3 +274,14 @@ def test_dqn_still_learns_cartpole_with_two_actors_over_server_placement():
     assert result["status"] == "complete"
     assert result["accounting"]["balanced"]
     assert result["evaluation"]["mean_return"] >= 195, result["evaluation"]
+
+
+def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
+    # ~1,500 short random episodes: the actor's report (its learning curve) is far over the 64 KB a
+    # pipe holds, so it only finishes writing while the launcher reads.
+    t0 = time.monotonic()
+    result = run(short_config(placement="server", transport="shm", actors=1, steps=30_000,
+                              hyperparameters={**SHORT, "exploration_steps": 10**9, "learning_starts": 29_000}))
+    assert result["status"] == "complete"
+    assert len(result["learning_curve"]) > 1000
+    assert time.monotonic() - t0 < 60

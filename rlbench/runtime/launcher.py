@@ -97,6 +97,8 @@ class Launcher(Protocol):
 
     def collect(self) -> dict[str, tuple[str, Any]]: ...
 
+    def wait(self, handles: list[RoleHandle], timeout: float) -> None: ...
+
     def failure_of(self, handle: RoleHandle) -> str: ...
 
     def stop_all(self, grace: float = GRACE_S) -> None: ...
@@ -110,6 +112,7 @@ class LocalLauncher:
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()
         self.handles: list[RoleHandle] = []
+        self.outcomes: dict[str, tuple[str, Any]] = {}
 
     def start(self, spec: RoleSpec) -> RoleHandle:
         process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
@@ -129,15 +132,27 @@ class LocalLauncher:
                     raise RlbenchError(f"the replay node exited before it listened: {self.failure_of(node)}")
         raise RlbenchError("the replay node did not start listening within 2 minutes")
 
+    def _drain(self, timeout: float) -> None:
+        """Read finished roles' outcomes. Roles block on a large report until it is read, so the
+        launcher reads while it waits for them (joining without reading deadlocks, and terminating a
+        role mid-write would leave half a message in the pipe)."""
+        try:
+            role, index, status, payload = self.results.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self.outcomes[role if role != "actor" else f"actor-{index}"] = (status, payload)
+
     def collect(self) -> dict[str, tuple[str, Any]]:
-        outcomes = {}
-        while True:
-            try:
-                role, index, status, payload = self.results.get(timeout=0.05)
-            except queue.Empty:
-                break
-            outcomes[role if role != "actor" else f"actor-{index}"] = (status, payload)
-        return outcomes
+        self._drain(timeout=0.05)
+        while not self.results.empty():
+            self._drain(timeout=0.05)
+        return dict(self.outcomes)
+
+    def wait(self, handles: list[RoleHandle], timeout: float) -> None:
+        """Until these roles have exited or the timeout passes, reading outcomes meanwhile."""
+        deadline = time.monotonic() + timeout
+        while any(h.alive() for h in handles) and time.monotonic() < deadline:
+            self._drain(timeout=0.05)
 
     def failure_of(self, handle: RoleHandle) -> str:
         outcome = self.collect().get(handle.name)
@@ -150,9 +165,7 @@ class LocalLauncher:
             channel.join_thread()
 
     def stop_all(self, grace: float = GRACE_S) -> None:
-        deadline = time.monotonic() + grace
-        for handle in self.handles:
-            handle.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.wait(self.handles, grace)
         for handle in self.handles:
             if handle.alive():
                 handle.process.terminate()
@@ -234,9 +247,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 except (ConnectionError, OSError, RlbenchError):
                     pass  # the node went away meanwhile; stop_all still ends every role
         else:
-            for handle in launcher.handles:
-                if handle.role != "replay":
-                    handle.join(GRACE_S)
+            launcher.wait([h for h in launcher.handles if h.role != "replay"], GRACE_S)
             op, arrays = control.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
             if op == Op.PARAMS:
                 weights_version = int(arrays["version"])
