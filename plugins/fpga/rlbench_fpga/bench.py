@@ -10,6 +10,7 @@ import numpy as np
 from rlbench_fpga import perf_model
 
 MLP_LAYERS = (4, 64, 64, 2)
+FLOOR = "opencl-floor"  # not a replay: the round's OpenCL calls with an empty kernel
 
 
 def run_bench(*, capacity: int, batch_size: int, rounds: int, seconds: float) -> dict[str, Any]:
@@ -17,7 +18,7 @@ def run_bench(*, capacity: int, batch_size: int, rounds: int, seconds: float) ->
     from rlbench_fpga.cli import interleaved_medians
     from rlbench_fpga.device import default_context
 
-    threads = {key: os.environ.get(key) for key in ("POCL_MAX_PTHREAD_COUNT", "OMP_NUM_THREADS")}
+    threads: dict[str, Any] = {key: os.environ.get(key) for key in ("POCL_DEVICES", "POCL_MAX_PTHREAD_COUNT", "OMP_NUM_THREADS")}
     threads.update(pin_one_thread())
     info = default_context()[2]
     replay, depth, row_bytes = _replay_subjects(capacity, batch_size)
@@ -64,7 +65,33 @@ def _replay_subjects(capacity: int, batch_size: int) -> tuple[dict[str, Any], in
         return call
 
     fpga = memories["fpga"]
-    return {name: round_of(memory) for name, memory in memories.items()}, fpga.depth, fpga._layout.itemsize
+    subjects = {name: round_of(memory) for name, memory in memories.items()}
+    subjects[FLOOR] = _dispatch_floor(batch_size, fpga._layout.itemsize)
+    return subjects, fpga.depth, fpga._layout.itemsize
+
+
+def _dispatch_floor(batch_size: int, row_bytes: int) -> Any:
+    """What a sample + update round costs the OpenCL runtime alone: the same upload (indices and
+    priorities), one launch and blocking download (indices, weights, rows), with a kernel that does
+    nothing. The fpga round cannot be faster than this on the device in use."""
+    import pyopencl as cl
+
+    from rlbench_fpga.device import default_context
+
+    context = default_context()[0]
+    queue = cl.CommandQueue(context)
+    kernel = cl.Kernel(cl.Program(context, "__kernel void nothing(__global uint *out) {}").build(), "nothing")
+    upload = np.zeros(2 * batch_size, dtype=np.int32)
+    download = np.empty(1 + 2 * batch_size + batch_size * row_bytes // 4, dtype=np.uint32)
+    staging = cl.Buffer(context, cl.mem_flags.READ_WRITE, upload.nbytes)
+    out = cl.Buffer(context, cl.mem_flags.READ_WRITE, download.nbytes)
+
+    def call(k: int) -> None:
+        copy = cl.enqueue_copy(queue, staging, upload, is_blocking=False)
+        kernel(queue, (1,), (1,), out)
+        cl.enqueue_copy(queue, download, out, is_blocking=True)
+        del copy  # complete: it came before the blocking read
+    return call
 
 
 def _mlp_subjects() -> dict[str, Any]:

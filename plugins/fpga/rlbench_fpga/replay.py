@@ -5,9 +5,12 @@ fixed-size record (the fields packed back to back, padded to 32-bit words). Only
 - add: one staging upload (records + raw priorities), then the insert kernel;
 - sample: the sample kernel (random targets drawn on the device, descent, importance weights, row
   gather), then one download of [status, indices, weights, rows];
-- update_priorities: one staging upload (indices + priorities), not waited for. The next sample
-  kernel applies it before it samples (one launch for both, in the order called); any other call
-  first applies it with the update kernel. At most one update is staged at a time.
+- update_priorities: validated and kept on the host, in call order. The next sample uploads them in
+  one packed copy [indices][priorities] and its kernel applies them before it samples: a
+  sample / learn / update round costs one upload, one launch and one download. Any other call
+  (add, priorities, stats) first applies them with the update kernel, and so does update_priorities
+  itself once PENDING_LIMIT items wait (not waited for; at most one such launch in flight).
+  OpenCL calls cost 5-45 us each on PoCL, more than the kernels' work for a batch of 256.
 
 The law is the core's (rlbench.builtin.replay): P(i) = p_i**alpha / sum p**alpha, stratified over the
 batch; w_i = (N P(i))**-beta / max_j (N P(j))**-beta = (p_i / p_min)**(-alpha*beta), the maximum over
@@ -30,6 +33,8 @@ from rlbench_fpga import device as devices
 from rlbench_fpga.program import build
 
 MAX_NODES = 1 << 31  # int32 indices on the device
+LEVEL_ALIGNMENT = 16  # nodes (64 bytes): each tree level starts on a cache line
+PENDING_LIMIT = 4096  # priority updates kept on the host before update_priorities launches them
 
 
 class FpgaReplayError(RlbenchError, ValueError):
@@ -37,7 +42,8 @@ class FpgaReplayError(RlbenchError, ValueError):
 
 
 def tree_shape(capacity: int, fanout: int, depth: int | None) -> tuple[int, list[int]]:
-    """(depth, level offsets) of the smallest K-ary tree with >= capacity leaves (or the given depth)."""
+    """(depth, level offsets) of the smallest K-ary tree with >= capacity leaves (or the given depth).
+    Level l holds K**l nodes from offset l; each level starts at a multiple of LEVEL_ALIGNMENT."""
     if fanout < 2:
         raise FpgaReplayError(f"fanout must be at least 2, got {fanout}")
     needed = 1
@@ -48,7 +54,9 @@ def tree_shape(capacity: int, fanout: int, depth: int | None) -> tuple[int, list
     elif depth < needed:
         raise FpgaReplayError(f"depth {depth} gives {fanout ** depth} leaves with fanout {fanout}, fewer than "
                               f"capacity {capacity}; use depth >= {needed}")
-    offsets = [(fanout ** level - 1) // (fanout - 1) for level in range(depth + 1)]
+    offsets = [0]
+    for level in range(depth):
+        offsets.append(-(-(offsets[-1] + fanout ** level) // LEVEL_ALIGNMENT) * LEVEL_ALIGNMENT)
     if offsets[-1] + fanout ** depth >= MAX_NODES:
         raise FpgaReplayError(f"a {fanout}-ary tree of depth {depth} has too many nodes for 32-bit indices")
     return depth, offsets
@@ -69,18 +77,20 @@ class FpgaReplay:
         self._context, self._device, self.device_info = devices.default_context()
         self._queue = cl.CommandQueue(self._context)
         self._channels = self.device_info.channels
+        internal = self._offsets[-1]  # the min tree has no leaf level: a leaf's minimum is its sum value
         self._sum = self._buffer(self._nodes * 4)
-        self._least = self._buffer(self._nodes * 4)
+        self._least = self._buffer(internal * 4)
         cl.enqueue_fill_buffer(self._queue, self._sum, np.float32(0.0), 0, self._nodes * 4)
-        cl.enqueue_fill_buffer(self._queue, self._least, np.float32(np.inf), 0, self._nodes * 4)
+        cl.enqueue_fill_buffer(self._queue, self._least, np.float32(np.inf), 0, internal * 4)
         self._layout: np.dtype | None = None  # the packed record, fixed by the first add
         self._fields: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         self._rows: Any = None
         self._program: Any = None
         self._staging: dict[str, Any] = {}  # purpose -> (device buffer, bytes)
         self._out_host: dict[int, np.ndarray] = {}
-        self._pending_updates = 0  # priorities staged in the "update" buffer, not yet applied
-        self._pending_copy: Any = None
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (indices, priorities) not yet uploaded
+        self._pending_items = 0
+        self._upload: Any = None  # the last non-blocking upload: pyopencl waits for it when released
         self._staging_buffer("update", 4096)
         self._size = self._cursor = 0
         self._max_priority = 1.0
@@ -109,24 +119,56 @@ class FpgaReplay:
         defines = {"FANOUT": self.fanout, "DEPTH": self.depth, "WORDS": words,
                    "LEVEL_OFFSETS": "{" + ", ".join(map(str, self._offsets)) + "}",
                    "LEVEL_STAGES": " ".join(f"LEVEL_STAGE({level})" for level in range(self.depth))}
+        if self.device_info.type == "CPU":
+            defines["PREFETCH(p)"] = "__builtin_prefetch(p)"  # clang's; PoCL compiles with clang
         program = build(self._context, "sumtree.cl", defines)
-        kernel = lambda name: cl.Kernel(program, name)  # noqa: E731 - one instance per memory
-        self._insert = kernel("sumtree_insert")
-        self._update = kernel("sumtree_update")
+        buf, i32, u32, f32 = None, np.int32, np.uint32, np.float32  # None: a cl.Buffer argument
+
+        def kernel(name: str, *arg_types: Any) -> Any:
+            # Declared scalar types let pyopencl pack the arguments itself: setting them one by one
+            # costs ~10 us each on PoCL, more than the kernel launch.
+            instance = cl.Kernel(program, name)  # one instance per memory: arguments are per instance
+            instance.set_scalar_arg_dtypes(arg_types)
+            return instance
+
+        self._insert = kernel("sumtree_insert", buf, buf, buf, buf, i32, i32, i32, f32)
+        self._update = kernel("sumtree_update", buf, buf, buf, i32, f32)
         if self._channels:
-            self._producer = kernel("sumtree_sample_producer")
-            self._levels = [kernel(f"sumtree_sample_level_{level}") for level in range(self.depth)]
-            self._consumer = kernel("sumtree_sample_consumer")
+            self._producer = kernel("sumtree_sample_producer", buf, i32, u32, u32)
+            self._levels = [kernel(f"sumtree_sample_level_{level}", buf, i32) for level in range(self.depth)]
+            self._consumer = kernel("sumtree_sample_consumer", buf, buf, buf, buf, i32, f32)
             self._stage_queues = [cl.CommandQueue(self._context) for _ in range(self.depth + 2)]
         else:
-            self._sample = kernel("sumtree_sample")
+            self._sample = kernel("sumtree_sample", buf, buf, buf, buf, i32, u32, u32, f32, buf, i32, f32)
         self._program = program
 
-    def _apply_staged_updates(self) -> None:
-        if self._pending_updates:
-            self._update(self._queue, (1,), (1,), self._staging["update"][0], self._sum, self._least,
-                         np.int32(self._pending_updates), np.float32(self.alpha))
-            self._pending_updates = 0
+    def _upload_pending(self) -> tuple[Any, int]:
+        """Enqueue one upload of the pending updates, packed [indices][priorities] in call order, not
+        waited for; returns (device buffer, item count) for the kernel that applies them."""
+        n = self._pending_items
+        buffer = self._staging_buffer("update", 8 * n)
+        if n:
+            packed = np.empty(2 * n, dtype=np.int32)
+            at = 0
+            for indices, priorities in self._pending:
+                packed[at:at + len(indices)] = indices
+                packed[n + at:n + at + len(indices)] = priorities.view(np.int32)
+                at += len(indices)
+            if self._upload is not None:
+                self._upload.wait()  # at most one upload in flight
+            self._upload = cl.enqueue_copy(self._queue, buffer, packed, is_blocking=False)
+            self._pending.clear()
+            self._pending_items = 0
+        return buffer, n
+
+    def _apply_pending_updates(self) -> None:
+        buffer, n = self._upload_pending()
+        if n:
+            self._update(self._queue, (1,), (1,), buffer, self._sum, self._least, n, self.alpha)
+
+    def _finished(self) -> None:
+        """After a blocking call on the queue: every upload before it is done."""
+        self._upload = None
 
     # -- add -------------------------------------------------------------------------------------------
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
@@ -160,11 +202,12 @@ class FpgaReplay:
                 self._max_priority = max(self._max_priority, float(raw.max()))
         start = (self._cursor + n - keep) % self.capacity
         buffer = self._staging_buffer("insert", staging.nbytes)
-        self._apply_staged_updates()
+        self._apply_pending_updates()
         cl.enqueue_copy(self._queue, buffer, staging, is_blocking=True)
-        self._insert(self._queue, (1,), (1,), buffer, self._rows, self._sum, self._least, np.int32(start),
-                     np.int32(keep), np.int32(self.capacity), np.float32(self.alpha))
+        self._insert(self._queue, (1,), (1,), buffer, self._rows, self._sum, self._least, start, keep,
+                     self.capacity, self.alpha)
         self._queue.finish()
+        self._finished()
         self._cursor = (self._cursor + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
         self._counts["adds"] += n
@@ -235,17 +278,16 @@ class FpgaReplay:
             out = self._out_host[batch] = np.empty(1 + 2 * batch + batch * words, dtype=np.uint32)
         buffer = self._staging_buffer(f"sample-{batch}", out.nbytes)
         call = self._counts["samples"]
-        key_a = np.uint32((self._key_a + call * 0x9E3779B9) & 0xFFFFFFFF)
-        key_b = np.uint32(self._key_b ^ (call & 0xFFFFFFFF))
+        key_a = (self._key_a + call * 0x9E3779B9) & 0xFFFFFFFF
+        key_b = self._key_b ^ (call & 0xFFFFFFFF)
         if self._channels:
             self._sample_with_channels(buffer, out, batch, key_a, key_b, beta)
         else:
-            self._sample(self._queue, (1,), (1,), self._sum, self._least, self._rows, buffer, np.int32(batch),
-                         key_a, key_b, np.float32(beta), self._staging["update"][0], np.int32(self._pending_updates),
-                         np.float32(self.alpha))
-            self._pending_updates = 0
+            updates, pending = self._upload_pending()  # applied by the sample kernel, before it samples
+            self._sample(self._queue, (1,), (1,), self._sum, self._least, self._rows, buffer, batch, key_a, key_b,
+                         beta, updates, pending, self.alpha)
             cl.enqueue_copy(self._queue, out, buffer, is_blocking=True)
-            self._pending_copy = None  # done: it came before the blocking read on this queue
+        self._finished()
         if out[0] != 0:
             raise FpgaReplayError("cannot sample: every stored priority is zero")
         self._counts["samples"] += 1
@@ -257,15 +299,15 @@ class FpgaReplay:
 
     def _sample_with_channels(self, buffer: Any, out: np.ndarray, batch: int, key_a: Any, key_b: Any, beta: float) -> None:
         """Producer, level stages and consumer run concurrently, each on its own queue."""
-        self._apply_staged_updates()
+        self._apply_pending_updates()
         self._queue.finish()  # inserts and updates land before the producer reads the tree
+        self._finished()
         queues = self._stage_queues
         size = (1,)
-        self._producer(queues[0], size, size, self._sum, np.int32(batch), key_a, key_b)
+        self._producer(queues[0], size, size, self._sum, batch, key_a, key_b)
         for level, kernel in enumerate(self._levels):
-            kernel(queues[1 + level], size, size, self._sum, np.int32(batch))
-        self._consumer(queues[-1], size, size, self._sum, self._least, self._rows, buffer, np.int32(batch),
-                       np.float32(beta))
+            kernel(queues[1 + level], size, size, self._sum, batch)
+        self._consumer(queues[-1], size, size, self._sum, self._least, self._rows, buffer, batch, beta)
         cl.enqueue_copy(queues[-1], out, buffer, is_blocking=True)
         for queue in queues[:-1]:
             queue.finish()
@@ -287,29 +329,27 @@ class FpgaReplay:
         if n == 0:
             return
         self._max_priority = max(self._max_priority, float(raw.max()))
-        staging = np.empty(2 * n, dtype=np.int32)
-        staging[:n] = index_array
-        staging[n:].view(np.float32)[:] = raw
-        self._apply_staged_updates()  # the previous one first: order of effects kept
-        if self._pending_copy is not None:
-            self._pending_copy.wait()  # bounds the work in flight; the host array may go
-        buffer = self._staging_buffer("update", staging.nbytes)
-        self._pending_copy = cl.enqueue_copy(self._queue, buffer, staging, is_blocking=False)
-        self._pending_updates = n  # no flush: the copy goes with the next launch, one wake-up of the device
+        # Copies: the caller may reuse its arrays before the upload.
+        self._pending.append((index_array.astype(np.int32), raw.copy()))
+        self._pending_items += n
+        if self._pending_items >= PENDING_LIMIT:
+            self._apply_pending_updates()
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
         """The stored priorities**alpha at `indices` (float64); for tests and inspection."""
         indices = _as_indices(indices)
-        self._apply_staged_updates()
+        self._apply_pending_updates()
         leaves = np.empty(self.fanout ** self.depth, dtype=np.float32)
         cl.enqueue_copy(self._queue, leaves, self._sum, src_offset=4 * self._offsets[-1], is_blocking=True)
+        self._finished()
         return leaves[indices].astype(np.float64)
 
     def stats(self) -> dict[str, Any]:
         roots = np.empty(1, dtype=np.float32), np.empty(1, dtype=np.float32)
-        self._apply_staged_updates()
+        self._apply_pending_updates()
         cl.enqueue_copy(self._queue, roots[0], self._sum, is_blocking=True)
         cl.enqueue_copy(self._queue, roots[1], self._least, is_blocking=True)
+        self._finished()
         least = float(roots[1][0])
         return {
             "size": self._size, "capacity": self.capacity, "prioritized": True, **self._counts,

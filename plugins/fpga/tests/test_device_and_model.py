@@ -51,3 +51,27 @@ def test_devices_command_lists_the_choice():
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["chosen"]["device"]["device"] in [d["device"] for d in report["devices"]]
+
+
+def test_bench_command_reports_the_round_beside_its_peers_and_the_dispatch_floor():
+    from rlbench.cli import cli
+
+    result = CliRunner().invoke(cli, ["fpga", "bench", "--capacity", "2000", "--rounds", "1", "--seconds", "0.01", "--json"])
+    assert result.exit_code == 0, result.output
+    replay = json.loads(result.output)["replay"]
+    assert {"fpga", "numpy-sumtree", "opencl-floor"} <= set(replay["measured_us"])
+    assert all(us > 0 for us in replay["measured_us"].values())
+    assert replay["modelled_us"]["timing"] == "modelled"
+
+
+@pytest.mark.parametrize("setting, driver", [(None, "basic"), ("pthread", "pthread")])
+def test_pocl_runs_commands_in_the_calling_thread_unless_the_user_chose_a_driver(setting, driver):
+    if "Portable Computing Language" not in [d.platform.name for d in device.all_devices()]:
+        pytest.skip("PoCL is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("POCL_DEVICES", "OCL_ICD_VENDORS")}
+    env["RLBENCH_FPGA_PLATFORM"] = "Portable Computing Language"
+    if setting:
+        env["POCL_DEVICES"] = setting
+    code = "from rlbench_fpga import device; print(device.default_context()[2].device)"
+    chosen = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert chosen.stdout.startswith(driver), chosen.stdout

@@ -22,7 +22,7 @@ def test_registered_factory_builds_the_memory():
 
 def test_tree_shape_and_refusals():
     assert tree_shape(1_000_000, 16, None)[0] == 5
-    assert tree_shape(17, 4, None)[1] == [0, 1, 5, 21]
+    assert tree_shape(17, 4, None)[1] == [0, 16, 32, 48]  # levels start on 64-byte lines
     with pytest.raises(RlbenchError, match="depth 2 gives 16 leaves"):
         FpgaReplay(100, fanout=4, depth=2)
     with pytest.raises(RlbenchError, match="fanout must be at least 2"):
@@ -77,3 +77,30 @@ def test_every_priority_zero_is_refused_with_one_line():
     memory.add(_cartpole(np.random.default_rng(3), 4), np.zeros(4))
     with pytest.raises(RlbenchError, match="every stored priority is zero"):
         memory.sample(4)
+
+
+def test_updates_from_several_calls_reach_the_next_sample_in_call_order():
+    memory = FpgaReplay(64, alpha=1.0, seed=0, fanout=4)
+    memory.add(_cartpole(np.random.default_rng(4), 64), np.ones(64))
+    memory.update_priorities(np.array([3, 5, 9]), np.array([7.0, 2.0, 5.0]))
+    memory.update_priorities(np.array([3, 9]), np.array([0.5, 0.0]))  # 3 ends at 0.5; 9 at zero
+    expected = np.ones(64)
+    expected[[3, 5, 9]] = [0.5, 2.0, 0.0]
+    sample = memory.sample(64, beta=1.0)  # its kernel applies both updates before it samples
+    assert 9 not in sample.indices
+    np.testing.assert_allclose(sample.weights, (expected[sample.indices] / 0.5) ** -1.0, rtol=1e-5)
+    np.testing.assert_allclose(memory.priorities(np.arange(64)), expected, rtol=1e-6)
+    assert memory.stats()["min_priority"] == pytest.approx(0.5)  # the zero is not the minimum
+
+
+def test_an_add_that_wraps_around_keeps_sum_and_minimum_exact():
+    rng = np.random.default_rng(5)
+    memory = FpgaReplay(100, alpha=0.5, seed=0, fanout=4)
+    first, second = rng.exponential(1.0, 70) + 0.1, rng.exponential(1.0, 60) + 0.1
+    memory.add(_cartpole(rng, 70), first)
+    memory.add(_cartpole(rng, 60), second)  # slots 70..99, then 0..29
+    expected = np.concatenate([second[30:], first[30:], second[:30]]) ** 0.5
+    np.testing.assert_allclose(memory.priorities(np.arange(100)), expected, rtol=1e-6)
+    stats = memory.stats()
+    assert stats["total_priority"] == pytest.approx(expected.sum(), rel=1e-5)
+    assert stats["min_priority"] == pytest.approx(expected.min(), rel=1e-6)

@@ -1,15 +1,21 @@
 // PEARL-style K-ary sum tree for proportional prioritized replay, written as FPGA kernels.
 //
 // Defined by the host: FANOUT (K), DEPTH (D), WORDS (32-bit words per stored transition),
-// LEVEL_OFFSETS ({offset of level 0, ..., level D}; level l holds K**l nodes, leaves are level D).
-// Two trees share the layout: `sum` (priority**alpha) and `least` (the same, +inf where zero), whose
-// roots give the total mass and the smallest priority for max-normalised importance weights.
+// LEVEL_OFFSETS ({offset of level 0, ..., level D}; level l holds K**l nodes, leaves are level D;
+// each level starts on a 64-byte boundary so a node's children share cache lines), and PREFETCH(p)
+// (a cache prefetch on CPU devices; nothing elsewhere).
+// Two trees: `sum` (priority**alpha, every level) and `least` (the smallest priority**alpha below a
+// node, +inf where none is positive) for the internal levels only: a leaf's own minimum is its sum
+// value, so updates and inserts touch one leaf array, not two. The roots give the total mass and
+// the smallest priority for max-normalised importance weights.
 //
 // Every kernel is a single work-item (a loop the FPGA compiler pipelines). Sampling is a pipeline:
 // producer (random targets, on the device) -> one stage per tree level -> consumer (importance
 // weight and row gather). With cl_intel_channels the stages are separate kernels joined by channels
 // and run concurrently (FPGA emulator or board); elsewhere one kernel runs the same stage functions
 // stage after stage over the batch, the channel FIFOs replaced by global memory (the output buffer).
+// Batch loops walk one tree level for every item before the next level: the items are independent,
+// so a CPU overlaps their cache misses (helped by PREFETCH a few items ahead) and an FPGA pipelines them.
 
 #ifdef cl_intel_channels
 #pragma OPENCL EXTENSION cl_intel_channels : enable
@@ -36,31 +42,48 @@ inline float leaf_value(float priority, float alpha) {
     return priority > 0.0f ? exp2(alpha * log2(priority)) : 0.0f;  // zero stays zero: never sampled
 }
 
-// Recompute parents of the level-(level+1) nodes [lo, hi] from their K children.
-inline void refresh_parents(__global float *restrict sum, __global float *restrict least, int level, int lo, int hi) {
-    for (int parent = lo / FANOUT; parent <= hi / FANOUT; parent++) {
-        int first = level_offset[level + 1] + parent * FANOUT;
-        float s = 0.0f, m = INFINITY;
+#ifndef PREFETCH
+#define PREFETCH(p)
+#endif
+#define PREFETCH_AHEAD 8  // items ahead of the one being processed
+
+// Recompute one node at `level` (< DEPTH) from its K children; below the last internal level the
+// children's minimum comes from the sum leaves themselves. The sum adds the children in order (the
+// sampler's running sum repeats these additions exactly); the minimum, exact in any order, runs in
+// MIN_LANES independent chains so the two chains do not serialise.
+#define MIN_LANES 4
+inline void refresh_node(__global float *restrict sum, __global float *restrict least, int level, int node) {
+    int first = level_offset[level + 1] + node * FANOUT;
+    float s = 0.0f, m[MIN_LANES];
+    #pragma unroll
+    for (int lane = 0; lane < MIN_LANES; lane++) m[lane] = INFINITY;
+    if (level == DEPTH - 1) {
+        #pragma unroll
+        for (int c = 0; c < FANOUT; c++) {
+            float v = sum[first + c];
+            s += v;
+            m[c % MIN_LANES] = fmin(m[c % MIN_LANES], v > 0.0f ? v : INFINITY);
+        }
+    } else {
         #pragma unroll
         for (int c = 0; c < FANOUT; c++) {
             s += sum[first + c];
-            m = fmin(m, least[first + c]);
+            m[c % MIN_LANES] = fmin(m[c % MIN_LANES], least[first + c]);
         }
-        sum[level_offset[level] + parent] = s;
-        least[level_offset[level] + parent] = m;
     }
+    float smallest = m[0];
+    #pragma unroll
+    for (int lane = 1; lane < MIN_LANES; lane++) smallest = fmin(smallest, m[lane]);
+    sum[level_offset[level] + node] = s;
+    least[level_offset[level] + node] = smallest;
 }
 
-inline void set_leaf(__global float *restrict sum, __global float *restrict least, int leaf, float value) {
-    sum[LEAF_OFFSET + leaf] = value;
-    least[LEAF_OFFSET + leaf] = value > 0.0f ? value : INFINITY;
-}
-
+// Recompute the ancestors of leaves [lo, hi], level by level up to the root.
 inline void refresh_range(__global float *restrict sum, __global float *restrict least, int lo, int hi) {
     for (int level = DEPTH - 1; level >= 0; level--) {
-        refresh_parents(sum, least, level, lo, hi);
         lo /= FANOUT;
         hi /= FANOUT;
+        for (int node = lo; node <= hi; node++) refresh_node(sum, least, level, node);
     }
 }
 
@@ -74,7 +97,7 @@ TASK __kernel void sumtree_insert(__global const uint *restrict staging, __globa
         int slot = start + k < capacity ? start + k : start + k - capacity;
         #pragma unroll
         for (int w = 0; w < WORDS; w++) rows[slot * WORDS + w] = staging[k * WORDS + w];
-        set_leaf(sum, least, slot, leaf_value(priorities[k], alpha));
+        sum[LEAF_OFFSET + slot] = leaf_value(priorities[k], alpha);
     }
     int end = start + n - 1;
     if (end < capacity) {
@@ -85,19 +108,29 @@ TASK __kernel void sumtree_insert(__global const uint *restrict staging, __globa
     }
 }
 
-// Set n priorities in the order given, each leaf's path to the root recomputed before the next:
-// a slot named twice ends with the last priority given (deterministic, like a sequential loop).
+// Set n priorities; a slot named twice ends with the last priority given (deterministic, as a
+// sequential loop would leave it). The leaves are written in the order given, then each level's
+// touched nodes are recomputed from their (final) children, bottom up: the same values, bit for bit,
+// as refreshing each leaf's path after each write, with independent work at every level.
 // staging: [n slot indices as int][n raw priorities as float]
 inline void apply_updates(__global const int *restrict staging, __global float *restrict sum,
                           __global float *restrict least, int n, float alpha) {
     __global const float *priorities = (__global const float *)(staging + n);
-    for (int k = 0; k < n; k++) {
-        int leaf = staging[k];
-        set_leaf(sum, least, leaf, leaf_value(priorities[k], alpha));
-        int node = leaf;
-        for (int level = DEPTH - 1; level >= 0; level--) {
-            refresh_parents(sum, least, level, node, node);
-            node /= FANOUT;
+    for (int k = 0; k < n; k++) PREFETCH(sum + LEAF_OFFSET + staging[k]);
+    for (int k = 0; k < n; k++) sum[LEAF_OFFSET + staging[k]] = leaf_value(priorities[k], alpha);
+    int span = 1;  // leaves below one node of the level being refreshed, divided by FANOUT
+    for (int level = DEPTH - 1; level >= 0; level--) {
+        span *= FANOUT;
+        int previous = -1;
+        for (int k = 0; k < n; k++) {
+            if (k + PREFETCH_AHEAD < n) {  // the nodes written: their children were written just before
+                int ahead = level_offset[level] + staging[k + PREFETCH_AHEAD] / span;
+                PREFETCH(sum + ahead);
+                PREFETCH(least + ahead);
+            }
+            int node = staging[k] / span;
+            if (node != previous) refresh_node(sum, least, level, node);  // a repeat would write the same values
+            previous = node;
         }
     }
 }
@@ -115,20 +148,26 @@ inline float stage_target(int i, int batch, float total, uint key_a, uint key_b)
     return ((float)i + r) * (total / (float)batch);
 }
 
-// One tree level: pick the child whose prefix of mass holds u (local node index at `level`).
+// One tree level: pick the first child whose running sum of mass exceeds u (local node index at
+// `level`). The running sum is the only dependency chain; the comparisons hang off it, so a CPU
+// overlaps them and an FPGA compares all K in parallel. Its last value equals the node's own sum
+// bit for bit (the same additions in the same order), so u stays inside the chosen child's mass.
 inline int stage_descend(__global const float *restrict sum, int level, int node, float *u) {
     int first = level_offset[level + 1] + node * FANOUT;
-    int pick = -1, last_with_mass = 0;
-    float rest = *u;
+    int pick = 0, last_with_mass = 0;
+    float target = *u, running = 0.0f, below = 0.0f;
     #pragma unroll
     for (int c = 0; c < FANOUT; c++) {
         float v = sum[first + c];
-        if (pick < 0) {
-            if (rest < v) pick = c; else rest -= v;
+        running += v;
+        if (running <= target) {  // all of child c lies below the target
+            pick = c + 1;
+            below = running;
         }
         if (v > 0.0f) last_with_mass = c;
     }
-    if (pick < 0) {  // float rounding ran past the last child: take the last one that has mass
+    float rest = target - below;
+    if (pick == FANOUT) {  // float rounding ran past the last child: take the last one that has mass
         pick = last_with_mass;
         rest = sum[first + pick] * 0.999999f;
     }
@@ -165,12 +204,16 @@ TASK __kernel void sumtree_sample(__global float *restrict sum, __global float *
     }
     for (int level = 0; level < DEPTH; level++) {
         for (int i = 0; i < batch; i++) {
+            if (i + PREFETCH_AHEAD < batch) PREFETCH(sum + level_offset[level + 1] + node[i + PREFETCH_AHEAD] * FANOUT);
             float u = mass[i];
             node[i] = stage_descend(sum, level, node[i], &u);
             mass[i] = u;
         }
     }
-    for (int i = 0; i < batch; i++) stage_consume(sum, rows, out, i, batch, node[i], least_mass, beta);
+    for (int i = 0; i < batch; i++) {
+        if (i + PREFETCH_AHEAD < batch) PREFETCH(rows + node[i + PREFETCH_AHEAD] * WORDS);
+        stage_consume(sum, rows, out, i, batch, node[i], least_mass, beta);
+    }
 }
 #else
 // Channel assembly: producer -> DEPTH level kernels -> consumer, each a concurrent single work-item.
