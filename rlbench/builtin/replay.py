@@ -19,11 +19,13 @@ Neither memory is thread-safe: one owner (the learner or the replay server) call
 
 from __future__ import annotations
 
-import operator
+import functools
+
 from typing import Any, Mapping
 
 import numpy as np
 
+from rlbench.checks import non_negative, positive_int
 from rlbench.errors import RlbenchError
 from rlbench.protocols import Probe, ReplayCapabilities, Sample
 
@@ -32,6 +34,10 @@ BUILD_HINT = "build it with `pip install -e .` (needs gcc and the Python headers
 
 class ReplayError(RlbenchError, ValueError):
     """Bad input to a replay memory (wrong fields, dtypes, indices or priorities)."""
+
+
+_positive_int = functools.partial(positive_int, error=ReplayError)
+_non_negative = functools.partial(non_negative, error=ReplayError)
 
 
 def probe_native() -> Probe:
@@ -254,28 +260,6 @@ class PrioritizedReplay(UniformReplay):
 
 
 # -- validation helpers ----------------------------------------------------------------------------
-def _positive_int(value: Any, what: str) -> int:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = operator.index(value)
-    except TypeError:
-        raise ReplayError(f"{what} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise ReplayError(f"{what} must be at least 1, got {number}")
-    return number
-
-
-def _non_negative(value: Any, what: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ReplayError(f"{what} must be a number, got {value!r}") from None
-    if not (number >= 0.0 and np.isfinite(number)):
-        raise ReplayError(f"{what} must be a finite number >= 0, got {value!r}")
-    return number
-
-
 def _as_update_arrays(indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
     """Flat int64 indices and float64 priorities, or a ReplayError saying what is wrong."""
     index_array = np.asarray(indices)

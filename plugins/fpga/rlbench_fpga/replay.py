@@ -21,12 +21,14 @@ zero priorities are never sampled. Arithmetic on the device is float32.
 
 from __future__ import annotations
 
-import operator
+import functools
+
 from typing import Any, Mapping
 
 import numpy as np
 import pyopencl as cl
 
+from rlbench.checks import non_negative, positive_int
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ReplayCapabilities, Sample
 from rlbench_fpga import device as devices
@@ -39,6 +41,10 @@ PENDING_LIMIT = 4096  # priority updates kept on the host before update_prioriti
 
 class FpgaReplayError(RlbenchError, ValueError):
     """Bad input to the fpga replay memory, or a configuration the device cannot hold."""
+
+
+_positive_int = functools.partial(positive_int, error=FpgaReplayError)
+_non_negative = functools.partial(non_negative, error=FpgaReplayError)
 
 
 def tree_shape(capacity: int, fanout: int, depth: int | None) -> tuple[int, list[int]]:
@@ -364,28 +370,6 @@ class FpgaReplay:
 
 
 # -- validation ----------------------------------------------------------------------------------------
-def _positive_int(value: Any, what: str) -> int:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = operator.index(value)
-    except TypeError:
-        raise FpgaReplayError(f"{what} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise FpgaReplayError(f"{what} must be at least 1, got {number}")
-    return number
-
-
-def _non_negative(value: Any, what: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise FpgaReplayError(f"{what} must be a number, got {value!r}") from None
-    if not (number >= 0.0 and np.isfinite(number)):
-        raise FpgaReplayError(f"{what} must be a finite number >= 0, got {value!r}")
-    return number
-
-
 def _as_indices(indices: Any) -> np.ndarray:
     array = np.asarray(indices)
     if array.size and array.dtype.kind not in "iu":

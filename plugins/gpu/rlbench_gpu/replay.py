@@ -20,12 +20,14 @@ the learner's batch never crosses to the host.
 
 from __future__ import annotations
 
-import operator
+import functools
+
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
+from rlbench.checks import non_negative, positive_int
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ReplayCapabilities, Sample
 from rlbench_gpu.device import resolve_device
@@ -37,6 +39,10 @@ TORCH_TO_NAME = {v: k for k, v in DTYPES.items()}
 
 class ReplayError(RlbenchError, ValueError):
     """Bad input to the gpu replay memory."""
+
+
+_positive_int = functools.partial(positive_int, error=ReplayError)
+_non_negative = functools.partial(non_negative, error=ReplayError)
 
 
 def dtype_name(value: Any) -> str:
@@ -276,23 +282,3 @@ def _as_index_tensor(indices: Any, device: torch.device) -> torch.Tensor:
     return torch.as_tensor(array.astype(np.int64, copy=False).reshape(-1), device=device)
 
 
-def _positive_int(value: Any, what: str) -> int:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = operator.index(value)
-    except TypeError:
-        raise ReplayError(f"{what} must be an integer, got {value!r}") from None
-    if number < 1:
-        raise ReplayError(f"{what} must be at least 1, got {number}")
-    return number
-
-
-def _non_negative(value: Any, what: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ReplayError(f"{what} must be a number, got {value!r}") from None
-    if not (number >= 0.0 and np.isfinite(number)):
-        raise ReplayError(f"{what} must be a finite number >= 0, got {value!r}")
-    return number
