@@ -131,3 +131,20 @@ def _check_options(config: RunConfig, registry: Registry, plan: Plan) -> None:
                 wanted = f"{owner.kind} {owner.component}" if owner else kind
                 raise InvalidCombinationError(f"{flag} applies to {wanted}, which this run does not use")
             plan.options.setdefault(kind, {})[param] = values[param]
+
+
+def validate_hyperparameters(hp: Any) -> None:
+    """Refuse hyperparameters that cannot work together, before anything starts."""
+    from rlbench.algorithms.common import ReplayLoopConfig
+
+    if not isinstance(hp, ReplayLoopConfig):
+        return
+    for name in ("buffer_size", "batch_size", "train_every", "publish_every"):
+        if getattr(hp, name) < 1:
+            raise InvalidCombinationError(f"hyperparameter {name} must be at least 1, got {getattr(hp, name)}")
+    if hp.learning_starts > hp.buffer_size:
+        raise InvalidCombinationError(
+            f"learning_starts ({hp.learning_starts:,}) exceeds buffer_size ({hp.buffer_size:,}): the replay memory "
+            "could never hold enough transitions for the learner to start; raise buffer_size or lower learning_starts")
+    if hp.batch_size > hp.buffer_size:
+        raise InvalidCombinationError(f"batch_size ({hp.batch_size:,}) exceeds buffer_size ({hp.buffer_size:,})")

@@ -28,3 +28,8 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None, timeout: float 
                           timeout=timeout, env=env, cwd=cwd or REPO)
 
 
+
+
+def big_report_role(spec, announce=None):
+    """A role for launcher tests: returns a report of `spec.total_steps` bytes."""
+    return {"role": spec.role, "blob": "x" * spec.total_steps}

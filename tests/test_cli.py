@@ -39,6 +39,7 @@ def test_info_is_a_fingerprint():
     (["run", "--placement", "cloud"], "'cloud' is not one of"),
     (["run", "--hp", "lr"], "'lr' is not KEY=VALUE"),
     (["run", "--hp", "learning_rat=0.1"], "unknown hyperparameter 'learning_rat'"),
+    (["run", "--hp", "learning_starts=60000"], "learning_starts (60,000) exceeds buffer_size (50,000)"),
     (["run", "--algo", "sarsa", "--env", "Taxi-v3", "--replay", "uniform"], "drop --replay uniform"),
     (["show", "no-such-result.json"], "no such result file"),
     (["lst"], "did you mean 'list'?"),

@@ -3,6 +3,7 @@ robustness, and the fault cases (dead actor, dead learner, dead replay node, Ctr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -277,11 +278,22 @@ def test_dqn_still_learns_cartpole_with_two_actors_over_server_placement():
 
 
 def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
-    # ~1,500 short random episodes: the actor's report (its learning curve) is far over the 64 KB a
-    # pipe holds, so it only finishes writing while the launcher reads.
-    t0 = time.monotonic()
-    result = run(short_config(placement="server", transport="shm", actors=1, steps=30_000,
-                              hyperparameters={**SHORT, "exploration_steps": 10**9, "learning_starts": 29_000}))
-    assert result["status"] == "complete"
-    assert len(result["learning_curve"]) > 1000
-    assert time.monotonic() - t0 < 60
+    # Three roles share the launcher's result pipe (64 KB); each report is 1 MB, so a role can only
+    # exit while the launcher reads. Waiting must read (joining without reading never ends, and
+    # terminating a role mid-write leaves half a message that hangs the next read).
+    from rlbench.runtime.launcher import LocalLauncher
+    from rlbench.runtime.roles import RoleSpec
+
+    launcher = LocalLauncher(functions={"actor": "support:big_report_role", "learner": "support:big_report_role"})
+    spec = RoleSpec(role="actor", config={}, total_steps=1 << 20)
+    handles = [launcher.start(dataclasses.replace(spec, index=i)) for i in range(2)]
+    handles.append(launcher.start(dataclasses.replace(spec, role="learner")))
+    try:
+        launcher.wait(handles, timeout=60)
+        assert not any(h.alive() for h in handles)
+        outcomes = launcher.collect()
+        assert set(outcomes) == {"actor-0", "actor-1", "learner"}
+        assert all(status == "ok" and len(report["blob"]) == 1 << 20 for status, report in outcomes.values())
+    finally:
+        launcher.stop_all(grace=1)
+        launcher.close()

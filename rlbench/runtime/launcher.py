@@ -107,7 +107,8 @@ class Launcher(Protocol):
 
 
 class LocalLauncher:
-    def __init__(self) -> None:
+    def __init__(self, functions: dict[str, str] | None = None) -> None:
+        self.functions = functions or ROLE_FUNCTIONS  # role -> "module:function"
         self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()
@@ -116,7 +117,7 @@ class LocalLauncher:
 
     def start(self, spec: RoleSpec) -> RoleHandle:
         process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
-                                       args=(ROLE_FUNCTIONS[spec.role], spec, self.results, self.announcements))
+                                       args=(self.functions[spec.role], spec, self.results, self.announcements))
         process.start()
         handle = RoleHandle(spec.role, spec.index, process)
         self.handles.append(handle)
@@ -210,7 +211,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
         control.call(Op.HELLO, {"role": np.frombuffer(b"launcher", dtype=np.uint8)})
         reported_dead: set[str] = set()
         while True:
-            time.sleep(POLL_S)
+            launcher.wait(launcher.handles, POLL_S)  # reads role outcomes while it waits
             if budget.interrupted:
                 stop_reason = "interrupted (Ctrl-C)"
                 break
