@@ -66,12 +66,12 @@ def placement_command(transport: str, replay: str, steps: int, actors: int, seed
 @click.option("--transport", default="shm", show_default=True)
 @click.option("--placement", type=click.Choice(["server", "in-network"]), default="server", show_default=True)
 @click.option("--max-actors", type=int, default=4, show_default=True)
-@click.option("--steps-per-actor", type=int, default=6000, show_default=True)
+@click.option("--steps-per-actor", type=int, default=60000, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def actors_command(transport: str, placement: str, max_actors: int, steps_per_actor: int, as_json: bool) -> None:
     """Env steps/s against the number of actor processes, with the learner rate-limited to a light
-    load (one batch of 32 per 64 env steps), so the actors are the bottleneck (EMC2'20's sweep)."""
-    hp = {"learning_starts": 500, "batch_size": 32, "train_every": 64, "publish_every": 5}
+    load (one batch of 32 per 256 env steps), so the actors are the bottleneck (EMC2'20's sweep)."""
+    hp = {"learning_starts": 500, "batch_size": 32, "train_every": 256, "publish_every": 2}
     rows = []
     for actors in range(1, max_actors + 1):
         result = _run(placement=placement, transport=transport, actors=actors, steps=steps_per_actor * actors,
@@ -88,7 +88,7 @@ def actors_command(transport: str, placement: str, max_actors: int, steps_per_ac
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"DQN CartPole-v1 over {transport}, placement {placement}; learner rate-limited to 0.5 samples/insert")
+    click.echo(f"DQN CartPole-v1 over {transport}, placement {placement}; learner rate-limited to 0.125 samples/insert")
     click.echo("env steps/s: steady state, between the first and the last INSERT the replay node received "
                "(process start-up excluded; with start-up in the last column)")
     click.echo(f"{'actors':>6} {'env steps/s':>12} {'x 1 actor':>10} {'actor cpu s':>12} {'achieved SPI':>13} {'with start-up':>14}")

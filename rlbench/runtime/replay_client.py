@@ -40,6 +40,8 @@ class ReplayClient:
         self.retries = retries if not reliable else 0
         self.status: dict[str, int] = {"finished": 0, "produced": 0, "stored": 0, "params_version": -1, "learner_updates": 0}
         self.pushed: deque[tuple[Op, dict[str, np.ndarray]]] = deque()
+        self._outstanding: set[int] = set()  # begun, not finished
+        self._early: dict[int, tuple[Op, dict[str, np.ndarray]]] = {}  # their replies, when another call read them
         self._next_id = 1
 
     # ------------------------------------------------------------------------------ plumbing
@@ -50,11 +52,34 @@ class ReplayClient:
 
     def call(self, op: Op, arrays: Mapping[str, Any] | None = None) -> tuple[Op, dict[str, np.ndarray]]:
         """One request and its reply (views valid until the next receive)."""
+        return self.finish(self.begin(op, arrays))
+
+    def begin(self, op: Op, arrays: Mapping[str, Any] | None = None) -> tuple[Op, int, bytes]:
+        """Send a request now and collect its reply later with `finish`, so the caller works meanwhile.
+        The message is kept (as one bytes object) only for a retry over an unreliable transport."""
         request_id = self._next_id
         self._next_id = self._next_id % 0xFFFFFFFF + 1
         parts = encode(op, arrays, request_id)
+        self.connection.send(*parts)
+        self._outstanding.add(request_id)
+        kept = b"".join(bytes(memoryview(p).cast("B")) if not isinstance(p, bytes) else p for p in parts) \
+            if self.retries else b""
+        return op, request_id, kept
+
+    def finish(self, pending: tuple[Op, int, bytes]) -> tuple[Op, dict[str, np.ndarray]]:
+        op, request_id, kept = pending
+        try:
+            return self._await_reply(op, request_id, kept)
+        finally:
+            self._outstanding.discard(request_id)
+
+    def _await_reply(self, op: Op, request_id: int, kept: bytes) -> tuple[Op, dict[str, np.ndarray]]:
+        if request_id in self._early:  # its status was taken when it arrived, in order
+            reply_op, reply = self._early.pop(request_id)
+            return self._accept(op, reply_op, reply, take_status=False)
         for attempt in range(self.retries + 1):
-            self.connection.send(*parts)
+            if attempt:
+                self.connection.send(kept)
             deadline = time.monotonic() + self.timeout
             while True:
                 remaining = deadline - time.monotonic()
@@ -63,17 +88,26 @@ class ReplayClient:
                     break
                 reply_op, reply_id, reply = decode(message)
                 if reply_id == request_id:
-                    if reply_op == Op.ERROR:
-                        raise ReplayNodeError(f"replay node refused {op.name}: {read_text(reply['message'])}")
-                    self._take_status(reply)
-                    return reply_op, reply
+                    return self._accept(op, reply_op, reply)
                 if reply_id == 0:  # a push that arrived while we waited
                     self.pushed.append((reply_op, {k: v.copy() for k, v in reply.items()}))
+                elif reply_id in self._outstanding:  # the reply to another request still in flight
+                    if reply_op != Op.ERROR:
+                        self._take_status(reply)
+                    self._early[reply_id] = (reply_op, {k: v.copy() for k, v in reply.items()})
                 else:
                     self.recorder.count("stale_replies")  # the answer to a request we already retried
             self.recorder.count("request_timeouts")
         raise ReplayNodeError(f"no reply to {op.name} from the replay node within {self.timeout:.0f} s"
                               + (f" after {self.retries} retries" if self.retries else ""))
+
+    def _accept(self, op: Op, reply_op: Op, reply: dict[str, np.ndarray], *,
+                take_status: bool = True) -> tuple[Op, dict[str, np.ndarray]]:
+        if reply_op == Op.ERROR:
+            raise ReplayNodeError(f"replay node refused {op.name}: {read_text(reply['message'])}")
+        if take_status:
+            self._take_status(reply)
+        return reply_op, reply
 
     def send(self, op: Op, arrays: Mapping[str, Any] | None = None) -> None:
         """One-way message (the node sends no reply)."""
@@ -97,14 +131,23 @@ class ReplayClient:
 
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
             produced: int | None = None) -> np.ndarray:
+        self.add_finish(self.add_begin(transitions, priorities, produced=produced))
+        return np.empty(0, dtype=np.int64)  # positions are the node's business
+
+    def add_begin(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
+                  produced: int | None = None) -> tuple[tuple[Op, int, bytes], int]:
+        """Send an INSERT; `add_finish` waits for its reply (an actor steps its env meanwhile)."""
         arrays = {name: transitions[name] for name in TRANSITION_FIELDS}
         n = len(arrays["obs"])
         arrays["produced"] = np.int64(n if produced is None else produced)
         if priorities is not None:
             arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
-        with self.recorder.time("replay.INSERT"):
-            self.call(Op.INSERT, arrays)
-        return np.empty(0, dtype=np.int64)  # positions are the node's business
+        return self.begin(Op.INSERT, arrays), time.perf_counter_ns()
+
+    def add_finish(self, pending: tuple[tuple[Op, int, bytes], int]) -> None:
+        request, t0 = pending
+        self.finish(request)
+        self.recorder.histogram("replay.INSERT").record(time.perf_counter_ns() - t0)
 
     def sample(self, batch_size: int, beta: float = 0.4) -> Sample | None:
         """A batch, or None once the run is over (server placement: a SAMPLE request)."""

@@ -23,8 +23,9 @@ from rlbench.runtime.replay_node import NodeSettings, ReplayNode
 from rlbench.runtime.replay_loop import beta_at
 from rlbench.wire import Op, json_array, text
 
-ACTOR_INSERT_TRANSITIONS = 32  # transitions per INSERT message (amortises a round trip)
+ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a round trip and the node's work)
 PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
+RATE_SLACK_BATCHES = 16  # the rate limiter's slack is at least this many learner batches
 REQUEST_TIMEOUT_S = 60.0
 
 
@@ -80,8 +81,12 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     announce(listener.address)
     samples_per_insert = hp.batch_size / hp.train_every
     chunk = ACTOR_INSERT_TRANSITIONS * max(1, config.actors)
+    # Slack around the target ratio: two rounds of inserts from every actor, and at least
+    # RATE_SLACK_BATCHES learner batches, so actors and learner are not forced into lock-step (each
+    # waiting on the other) when the learner does little per insert; the achieved ratio still converges.
+    error_buffer = max(samples_per_insert * 2 * chunk, RATE_SLACK_BATCHES * hp.batch_size)
     limiter = RateLimiter(samples_per_insert, max(hp.learning_starts, hp.batch_size),
-                          error_buffer=samples_per_insert * chunk * 2 + hp.batch_size * PUSH_CREDIT)
+                          error_buffer=error_buffer + hp.batch_size * PUSH_CREDIT)
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
                             seconds=config.seconds)
     node = ReplayNode(listener, memory, limiter, settings)
@@ -120,6 +125,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     episode_length = np.zeros(n, dtype=np.int64)
     curve = []
     obs = env.reset(seed=seed)
+    in_flight, in_flight_rows = None, 0
     h_act, h_env = recorder.histogram("actor.inference"), recorder.histogram("env.step")
     clock = time.perf_counter_ns
     try:
@@ -146,12 +152,20 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             episode_length[ended] = 0
             obs = result.observations
             if len(chunk["obs"]) >= rows:
-                stored_sent += _flush(client, chunk, produced - stored_sent, priorities_of)
+                if in_flight is not None:  # the previous INSERT's reply: one stays in flight while we step
+                    client.add_finish(in_flight)
+                    stored_sent += in_flight_rows
+                in_flight, in_flight_rows = _flush(client, chunk, produced - stored_sent, priorities_of)
                 staleness.histogram("weights_staleness").record(client.status["learner_updates"] - version)
                 if client.status["params_version"] > version:
                     version = _fetch_weights(client, actor, version, wait=False, recorder=recorder)
+        if in_flight is not None:
+            client.add_finish(in_flight)
+            stored_sent += in_flight_rows
         if chunk["obs"]:  # the run is over, but what was produced is still stored
-            stored_sent += _flush(client, chunk, produced - stored_sent, priorities_of)
+            pending, rows_sent = _flush(client, chunk, produced - stored_sent, priorities_of)
+            client.add_finish(pending)
+            stored_sent += rows_sent
     finally:
         env.close()
     lost_unsent = produced - stored_sent
@@ -167,13 +181,14 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     return report
 
 
-def _flush(client: ReplayClient, chunk: dict[str, list], produced: int, priorities_of=None) -> int:
+def _flush(client: ReplayClient, chunk: dict[str, list], produced: int, priorities_of=None):
+    """Send the chunk as one INSERT; returns (the pending request, how many transitions it holds)."""
     transitions = {name: np.concatenate(values) if np.ndim(values[0]) else np.asarray(values)
                    for name, values in chunk.items()}
-    client.add(transitions, priorities_of(transitions) if priorities_of else None, produced=produced)
+    pending = client.add_begin(transitions, priorities_of(transitions) if priorities_of else None, produced=produced)
     for values in chunk.values():
         values.clear()
-    return len(transitions["obs"])
+    return pending, len(transitions["obs"])
 
 
 def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool, recorder: Recorder) -> int:

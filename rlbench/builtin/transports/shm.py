@@ -49,8 +49,8 @@ _HEAD, _TAIL, _CLOSED = 0, 16, 24  # u64 indices in the control block: bytes 0, 
 _RECORD = struct.Struct("<II")
 _MORE, _WRAP = 1, 2
 _HANDSHAKE = struct.Struct("<QQ")  # ring data bytes, peer id
-_SPIN = 2000  # polls before backing off (~100 us of Python)
-_YIELDS = 200
+_SPIN = 500  # polls before backing off (~0.2 us each here: ~100 us)
+_YIELDS = 50
 _MAX_SLEEP_S = 0.0005
 _LIVENESS_EVERY_S = 0.01
 
