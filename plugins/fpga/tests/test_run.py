@@ -33,3 +33,22 @@ def test_tabular_qlearning_on_the_fpga_backend():
     assert result["status"] == "complete"
     assert result["components"]["compute"]["plugin"] == "fpga"
     assert result["accounting"]["balanced"] and result["accounting"]["produced"] == 3000
+
+
+def test_dpdk_transport_to_an_fpga_replay_node():
+    # The project's headline: actors and learner reach an FPGA replay node over DPDK (memif here).
+    import pytest
+
+    from rlbench import get_registry
+
+    dpdk = get_registry().get("transport", "dpdk") if "dpdk" in get_registry().names("transport") else None
+    if dpdk is None or not dpdk.probe().available:
+        pytest.skip(f"DPDK transport unavailable: {dpdk.probe().reason if dpdk else 'plugin rlbench-dpdk not installed'}")
+    for placement in ("server", "in-network"):
+        result = _run("--transport", "dpdk", "--placement", placement, "--replay", "fpga", "--actors", "2",
+                      "--steps", "600", "--hp", "learning_starts=200")
+        assert result["status"] == "complete", result["status_reason"]
+        assert result["components"]["transport"]["plugin"] == "dpdk"
+        assert result["components"]["replay"]["plugin"] == "fpga"
+        assert result["accounting"]["balanced"] and result["accounting"]["dropped"] == 0
+        assert result["latency"]["replay.SAMPLE"]["count"] > 0
