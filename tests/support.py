@@ -33,3 +33,24 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None, timeout: float 
 def big_report_role(spec, announce=None):
     """A role for launcher tests: returns a report of `spec.total_steps` bytes."""
     return {"role": spec.role, "blob": "x" * spec.total_steps}
+
+
+def interrupt_when_ready(proc: "subprocess.Popen", ready, *, settle_s: float, timeout: float = 90) -> tuple[str, str]:
+    """Wait until ready() (while the process lives), let it run `settle_s` more, press Ctrl-C, and
+    return its output; kills it if it outlives `timeout`."""
+    import signal
+    import time
+
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never got ready"
+            time.sleep(0.1)
+        time.sleep(settle_s)
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import REPO
+from support import REPO, interrupt_when_ready
 from rlbench.config import RunConfig
 from rlbench.registry import load_object
 from rlbench.runner import run
@@ -249,19 +249,8 @@ def test_ctrl_c_stops_every_process_and_writes_an_incomplete_result(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "rlbench", "run", "--placement", "in-network", "--transport", "shm",
                              "--actors", "2", "--steps", "1000000", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        while len([p for p in rlb_processes() if p[1].startswith("rlb-actor")]) < 2:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        time.sleep(3.0)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    stdout, stderr = interrupt_when_ready(
+        proc, lambda: len([p for p in rlb_processes() if p[1].startswith("rlb-actor")]) >= 2, settle_s=3.0)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     saved = json.loads(next(out.glob("*.json")).read_text())

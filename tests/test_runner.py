@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
-from support import REPO, run_cli, write_plugin_dist
+from support import REPO, interrupt_when_ready, run_cli, write_plugin_dist
 
 SHORT_DQN = ["--steps", "600", "--hp", "learning_starts=200", "--hp", "batch_size=32", "--eval-episodes", "2"]
 
@@ -66,19 +64,7 @@ def test_lifecycle_hooks_and_ctrl_c_writes_an_incomplete_result(tmp_path, plugin
     env = dict(os.environ, RLBENCH_TEST_MARK=str(mark))
     proc = subprocess.Popen([sys.executable, "-m", "rlbench", "run", "--seconds", "300", "--out", str(out)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "mark.configured").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never reached rlbench_run_configured"
-            time.sleep(0.1)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    stdout, stderr = interrupt_when_ready(proc, (tmp_path / "mark.configured").exists, settle_s=1.0)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert "INCOMPLETE (interrupted (Ctrl-C))" in stdout

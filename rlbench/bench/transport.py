@@ -160,7 +160,8 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines + unavailable)
 
 
-def _parse_sizes(_ctx: Any, _param: Any, value: str) -> tuple[int, ...]:
+def parse_sizes(_ctx: Any, _param: Any, value: str) -> tuple[int, ...]:
+    """click callback for comma-separated byte counts (also used by plugins' benchmarks)."""
     try:
         sizes = tuple(int(part) for part in value.split(",") if part.strip())
     except ValueError:
@@ -173,7 +174,7 @@ def _parse_sizes(_ctx: Any, _param: Any, value: str) -> tuple[int, ...]:
 @click.command("transport")
 @click.option("--transport", "names", multiple=True, metavar="NAME",
               help="transport to measure (repeatable); default: every registered transport")
-@click.option("--sizes", default="64,4096", show_default=True, callback=_parse_sizes,
+@click.option("--sizes", default="64,4096", show_default=True, callback=parse_sizes,
               help="message sizes in bytes, comma-separated")
 @click.option("--seconds", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
               help="measuring time per transport, size and mode")

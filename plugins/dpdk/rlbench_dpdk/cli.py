@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
+
+from rlbench.bench.transport import parse_sizes
 
 
 @click.group("dpdk")
@@ -23,18 +24,8 @@ def doctor(eal_args: str) -> None:
         click.echo(f"{topic:<22} {finding}")
 
 
-def _sizes(_ctx: Any, _param: Any, value: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated byte counts like 64,4096, got {value!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter("sizes must be positive byte counts")
-    return sizes
-
-
 @click.command("dpdk")
-@click.option("--sizes", default="64,1024,4096,16384,65536", show_default=True, callback=_sizes,
+@click.option("--sizes", default="64,1024,4096,16384,65536", show_default=True, callback=parse_sizes,
               help="payload bytes of INSERT and SAMPLE, comma-separated")
 @click.option("--requests", default=2000, show_default=True, type=click.IntRange(min=50),
               help="round trips per transport, operation and size")
