@@ -258,6 +258,14 @@ def test_ctrl_c_stops_every_process_and_writes_an_incomplete_result(tmp_path):
     assert saved["accounting"]["balanced"]
 
 
+# A greedy policy that has learned nothing scores about 9 on CartPole (about 22 acting at random);
+# the pipeline bug this guards against (terminal flags lost on the way to the learner) scored 9.4.
+# Distributed runs interleave actors and learner as the scheduler decides, so the same seed does not
+# give the same return: 155-500 over six runs here with these settings. The single-process test
+# (tests/test_deep_algorithms.py) holds the solved threshold of 195.
+LEARNED_CARTPOLE = 120
+
+
 @pytest.mark.slow
 def test_dqn_still_learns_cartpole_with_two_actors_over_server_placement():
     # The algorithm's defaults, weights published every 4 updates; the rate limiter holds the
@@ -266,7 +274,7 @@ def test_dqn_still_learns_cartpole_with_two_actors_over_server_placement():
                            hyperparameters={"publish_every": 4}))
     assert result["status"] == "complete"
     assert result["accounting"]["balanced"]
-    assert result["evaluation"]["mean_return"] >= 195, result["evaluation"]
+    assert result["evaluation"]["mean_return"] >= LEARNED_CARTPOLE, result["evaluation"]
 
 
 def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
