@@ -18,10 +18,15 @@ def plugin_folders(build_dir: Path) -> list[Path]:
                   for p in build_dir.glob(pattern))
 
 
+# The same pin as scripts/setup.sh: the CPU build. A looser spec may pull several GB of CUDA wheels.
+TORCH = "torch==2.13.0"
+
+
 def main(build_dir: str, core_wheel: str) -> None:
+    pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
+    subprocess.run([*pip, TORCH], check=True)
     folders = [str(p) for p in plugin_folders(Path(build_dir))]
-    subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", core_wheel, *folders],
-                   check=True)
+    subprocess.run([*pip, core_wheel, *folders], check=True)
 
 
 if __name__ == "__main__":
