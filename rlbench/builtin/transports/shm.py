@@ -2,7 +2,8 @@
 
 Handshake: the listener binds a Unix socket in the abstract namespace (nothing on disk). For each
 connecting peer it creates the ring memory with memfd_create and passes the descriptor over that
-socket (SCM_RIGHTS), so no /dev/shm name exists to leak, even after a crash. The socket stays open
+socket (SCM_RIGHTS), so no /dev/shm name exists to leak, even after a crash. Two eventfd doorbells
+travel with it: the listener's own (one for all its peers) and the peer's. The socket stays open
 only so that each side notices the other dying (EOF); messages never touch it.
 
 Memory: two rings per connection (peer->listener, listener->peer). A ring is a control block (head
@@ -15,7 +16,13 @@ Ordering: the producer writes the payload, then stores head; the consumer loads 
 payload. x86-64 is total-store-order, so those plain stores/loads are seen in that order; weakly
 ordered CPUs would need barriers, which is why probe() refuses them.
 
-Waiting: spin on head, then sched_yield, then sleeps growing to _MAX_SLEEP_S (bounded back-off).
+Waiting: spin on head, then sleep on the own doorbell. A sleeping consumer sets SLEEPING in the
+control block of each ring it consumes; a producer that sees it after publishing rings the far side's
+doorbell (one eventfd write). Only sleepers cost a syscall, so a ping-pong stays syscall-free. The
+spin adapts (it doubles when a message came within it and halves when not), because on a machine
+with fewer cores than processes an idle server's spin is CPU taken from the processes doing work.
+The flag and the head are plain stores; x86 may let each side read the other's before its own store
+lands, so a sleep is also capped at _NAP_S: a missed ring costs at most that, never a hang.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import mmap
 import os
 import platform
 import secrets
+import select
 import selectors
 import socket
 import struct
@@ -45,13 +53,16 @@ from rlbench.errors import RlbenchError
 from rlbench.protocols import Probe, TransportCapabilities
 
 _CONTROL_BYTES = 256
-_HEAD, _TAIL, _CLOSED = 0, 16, 24  # u64 indices in the control block: bytes 0, 128 and 192
+_HEAD, _SLEEPING, _TAIL, _CLOSED = 0, 8, 16, 24  # u64 indices in the control block: bytes 0, 64, 128, 192
 _RECORD = struct.Struct("<II")
 _MORE, _WRAP = 1, 2
 _HANDSHAKE = struct.Struct("<QQ")  # ring data bytes, peer id
-_SPIN = 500  # polls before backing off (~0.2 us each here: ~100 us)
+_SPIN = 500  # polls before a full ring's producer backs off (~0.2 us each here: ~100 us)
 _YIELDS = 50
 _MAX_SLEEP_S = 0.0005
+_SPIN_MAX, _SPIN_MIN = 250, 8  # a consumer's adaptive spin before it sleeps, in polls (~50 us to ~2 us)
+_NAP_S = 0.002  # the longest sleep between checks of the ring, the far side's liveness and the deadline
+_HANDSHAKE_FDS = 3  # ring memory, the listener's doorbell, the peer's doorbell
 _LIVENESS_EVERY_S = 0.01
 
 
@@ -81,15 +92,16 @@ class _Endpoint:
     tens of nanoseconds, and the whole round trip has a budget of a few microseconds.
     """
 
-    __slots__ = ("memory", "sock", "dead", "last_liveness", "tx_control", "tx_data", "capacity", "mask",
+    __slots__ = ("memory", "sock", "far_doorbell", "dead", "last_liveness", "tx_control", "tx_data", "capacity", "mask",
                  "max_chunk", "head", "tail_seen", "rx_control", "rx_data", "tail",
                  "n_sent", "n_received", "bytes_sent", "bytes_received")
 
     def __init__(self, memory: mmap.mmap, capacity: int, tx_base: int, rx_base: int,
-                 sock: socket.socket | None) -> None:
+                 sock: socket.socket | None, far_doorbell: int) -> None:
         whole = memoryview(memory)
         self.memory = memory
         self.sock = sock  # None where another thread watches the far side for us
+        self.far_doorbell = far_doorbell  # the consumer's eventfd: rung when it sleeps (owned, closed with us)
         self.dead = False  # the far side's socket reported EOF
         self.last_liveness = 0.0
         self.tx_control = whole[tx_base:tx_base + _CONTROL_BYTES].cast("Q")
@@ -144,6 +156,8 @@ class _Endpoint:
                     self.tx_control[0] = head  # publish after the payload (x86 TSO keeps the order)
                     self.n_sent += 1
                     self.bytes_sent += total
+                    if self.tx_control[_SLEEPING]:
+                        self.ring()
                     return
         views, total = byte_views(parts)
         check_size(total, limit, "shm")
@@ -158,11 +172,22 @@ class _Endpoint:
                 sent += length
         self.n_sent += 1
         self.bytes_sent += total
+        if self.tx_control[_SLEEPING]:
+            self.ring()
+
+    def ring(self) -> None:
+        """Wake the consumer, which said it sleeps."""
+        try:
+            os.eventfd_write(self.far_doorbell, 1)
+        except OSError:
+            pass  # closed on our side at shutdown; the consumer's nap cap covers a lost ring
 
     def _wait_space(self, need: int) -> None:
         control, capacity = self.tx_control, self.capacity
         polls = 0
         while capacity - (self.head - control[_TAIL]) < need:
+            if not polls and control[_SLEEPING]:
+                self.ring()  # the records already published fill the ring: the consumer must drain them
             polls += 1
             if polls > _SPIN:
                 if self.far_side_gone():
@@ -253,6 +278,9 @@ class _Endpoint:
             pass  # a returned view is still alive; the mapping goes when it does
         if sock_too and self.sock is not None:
             self.sock.close()
+        if self.far_doorbell >= 0:
+            os.close(self.far_doorbell)
+            self.far_doorbell = -1
 
 
 def _skip(views: list[memoryview], offset: int) -> list[memoryview]:
@@ -275,23 +303,59 @@ def _back_off(polls: int) -> None:
         time.sleep(min(_MAX_SLEEP_S, 0.00002 * (polls - _SPIN - _YIELDS)))
 
 
-def _wait(ready: Callable[[], Any], timeout: float | None, on_idle: Callable[[], None]) -> Any:
-    """Spin on ready(), then back off; None when the timeout passes."""
-    for _ in range(_SPIN):
-        result = ready()
-        if result:
-            return result
-    deadline = None if timeout is None else time.monotonic() + timeout
-    polls = _SPIN
-    while True:
-        result = ready()
-        if result:
-            return result
-        on_idle()
-        if deadline is not None and time.monotonic() >= deadline:
-            return ready() or None
-        polls += 1
-        _back_off(polls)
+class _Waiter:
+    """A consumer's wait: an adaptive spin, then sleeps on its own doorbell (see the module's notes)."""
+
+    __slots__ = ("doorbell", "spin", "watch")
+
+    def __init__(self, doorbell: int, watch: tuple[Any, ...] = ()) -> None:
+        self.doorbell = doorbell  # our eventfd, non-blocking
+        self.spin = _SPIN_MAX
+        self.watch = (doorbell, *watch)  # also wakes the sleep: e.g. the far side's socket at EOF
+
+    def wait(self, ready: Callable[[], Any], timeout: float | None, on_idle: Callable[[], None],
+             controls: Callable[[], list[memoryview]]) -> Any:
+        """ready()'s first true result, or None when the timeout passes."""
+        spin = self.spin
+        for _ in range(spin):
+            result = ready()
+            if result:
+                self.spin = min(_SPIN_MAX, spin * 2)
+                return result
+        self.spin = max(_SPIN_MIN, spin // 2)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            on_idle()  # before the flags: it may drop peers that left, and their rings with them
+            sleeping = controls()
+            for control in sleeping:
+                control[_SLEEPING] = 1
+            result = ready()  # after the flag: a producer that published before it saw it is caught here
+            if not result:
+                nap = _NAP_S
+                if deadline is not None:
+                    nap = min(nap, deadline - time.monotonic())
+                if nap > 0:
+                    select.select(self.watch, (), (), nap)
+                    try:
+                        os.eventfd_read(self.doorbell)
+                    except BlockingIOError:
+                        pass
+                result = ready()
+            for control in sleeping:
+                control[_SLEEPING] = 0
+            if result:
+                return result
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def close(self) -> None:
+        if self.doorbell >= 0:
+            os.close(self.doorbell)
+            self.doorbell = -1
+
+
+def _new_doorbell() -> int:
+    return os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
 
 
 def _socket_name(address: str) -> bytes:
@@ -302,8 +366,10 @@ def _socket_name(address: str) -> bytes:
 
 
 class ShmConnection:
-    def __init__(self, endpoint: _Endpoint, address: str, limit: int) -> None:
+    def __init__(self, endpoint: _Endpoint, doorbell: int, address: str, limit: int) -> None:
         self._endpoint = endpoint
+        self._waiter = _Waiter(doorbell, watch=(endpoint.sock,))
+        self._controls = [endpoint.rx_control]
         self._address = address
         self._limit = limit
         self._closed = False
@@ -321,16 +387,15 @@ class ShmConnection:
         tail = endpoint.tail
         control[_TAIL] = tail  # the view returned last time is released now
         if control[0] == tail:
-            polls = _SPIN
-            while polls and control[0] == tail:
-                polls -= 1
-            if control[0] == tail:
-                if timeout is not None and timeout <= 0:
-                    self._raise_if_gone()
-                    return None
-                if _wait(endpoint.ready, timeout, self._raise_if_gone) is None:
-                    return None
+            if timeout is not None and timeout <= 0:
+                self._raise_if_gone()
+                return None
+            if self._waiter.wait(endpoint.ready, timeout, self._raise_if_gone, self._sleeping_on) is None:
+                return None
         return endpoint.take()
+
+    def _sleeping_on(self) -> list[memoryview]:
+        return self._controls
 
     def _raise_if_gone(self) -> None:
         if self._endpoint.far_side_gone() and not self._endpoint.ready():
@@ -351,6 +416,7 @@ class ShmConnection:
         if not self._closed:
             self._closed = True
             self._endpoint.close()
+            self._waiter.close()
 
 
 class ShmListener:
@@ -373,6 +439,7 @@ class ShmListener:
         self._lock = threading.Lock()
         self._arrivals: list[tuple[int, _Endpoint]] = []  # filled by the accept thread
         self._wake_r, self._wake_w = os.pipe()
+        self._waiter = _Waiter(_new_doorbell())
         self._closed = False
         self._departed: list[_Endpoint] = []  # their counters stay in the listener's stats
         # The accept thread keeps accepting (and watching peer sockets for EOF) off the polling path,
@@ -411,21 +478,25 @@ class ShmListener:
             return None
         capacity = self._ring_bytes
         fd = os.memfd_create("rlbench-shm", os.MFD_CLOEXEC)
+        peer_doorbell = _new_doorbell()
         try:
             os.ftruncate(fd, 2 * (_CONTROL_BYTES + capacity))
             memory = mmap.mmap(fd, 2 * (_CONTROL_BYTES + capacity))
             peer = next(self._next_peer)
-            socket.send_fds(sock, [_HANDSHAKE.pack(capacity, peer)], [fd])
+            socket.send_fds(sock, [_HANDSHAKE.pack(capacity, peer)], [fd, self._waiter.doorbell, peer_doorbell])
         except OSError:
             sock.close()
+            os.close(peer_doorbell)
             return None
         finally:
             os.close(fd)
         # The peer produces into the first ring, the listener into the second. The socket belongs to
         # this thread (it marks the endpoint dead at EOF), so the endpoint gets none to peek at.
-        endpoint = _Endpoint(memory, capacity, tx_base=_CONTROL_BYTES + capacity, rx_base=0, sock=None)
+        endpoint = _Endpoint(memory, capacity, tx_base=_CONTROL_BYTES + capacity, rx_base=0, sock=None,
+                             far_doorbell=peer_doorbell)
         with self._lock:
             self._arrivals.append((peer, endpoint))
+        os.eventfd_write(self._waiter.doorbell, 1)  # a sleeping poller admits the newcomer now
         return sock, endpoint
 
     # -- polling ------------------------------------------------------------------------------
@@ -473,12 +544,15 @@ class ShmListener:
             if timeout is not None and timeout <= 0:
                 self._on_idle()
                 return None
-            entry = _wait(self._poll_once, timeout, self._on_idle)
+            entry = self._waiter.wait(self._poll_once, timeout, self._on_idle, self._sleeping_on)
             if entry is None:
                 return None
         peer, endpoint = entry
         self._held = endpoint
         return peer, endpoint.take()
+
+    def _sleeping_on(self) -> list[memoryview]:
+        return [endpoint.rx_control for _, endpoint in self._order]
 
     def send(self, peer: int, *parts: Any) -> None:
         endpoint = self._endpoints.get(peer)
@@ -512,6 +586,7 @@ class ShmListener:
         self._server.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+        self._waiter.close()
         self._admit()
         for endpoint in self._endpoints.values():
             endpoint.close(sock_too=False)
@@ -549,20 +624,22 @@ class ShmTransport:
                 time.sleep(0.01)
         try:
             sock.settimeout(max(0.01, deadline - time.monotonic()))
-            message, fds, _, _ = socket.recv_fds(sock, _HANDSHAKE.size, 1)
+            message, fds, _, _ = socket.recv_fds(sock, _HANDSHAKE.size, _HANDSHAKE_FDS)
             sock.settimeout(None)
         except (socket.timeout, OSError) as exc:
             sock.close()
             raise TransportClosedError(f"shm: handshake with {address} failed: {exc}") from None
-        if len(message) != _HANDSHAKE.size or len(fds) != 1:
+        if len(message) != _HANDSHAKE.size or len(fds) != _HANDSHAKE_FDS:
             sock.close()
             for fd in fds:
                 os.close(fd)
             raise TransportClosedError(f"shm: {address} did not answer the handshake (is it an rlbench shm listener?)")
         capacity, _peer = _HANDSHAKE.unpack(message)
+        memory_fd, listener_doorbell, own_doorbell = fds
         try:
-            memory = mmap.mmap(fds[0], 2 * (_CONTROL_BYTES + capacity))
+            memory = mmap.mmap(memory_fd, 2 * (_CONTROL_BYTES + capacity))
         finally:
-            os.close(fds[0])
-        endpoint = _Endpoint(memory, capacity, tx_base=0, rx_base=_CONTROL_BYTES + capacity, sock=sock)
-        return ShmConnection(endpoint, address, self.capabilities.max_message_bytes)
+            os.close(memory_fd)
+        endpoint = _Endpoint(memory, capacity, tx_base=0, rx_base=_CONTROL_BYTES + capacity, sock=sock,
+                             far_doorbell=listener_doorbell)
+        return ShmConnection(endpoint, own_doorbell, address, self.capabilities.max_message_bytes)
