@@ -192,3 +192,41 @@ def test_udp_counts_gaps_and_stalled_reassemblies_as_lost():
     finally:
         raw.close()
         listener.close()
+
+
+@needs_shm
+def test_shm_sleepers_are_woken_by_the_doorbell_not_by_their_nap_cap(monkeypatch):
+    """A waiter that gave up spinning sleeps on its eventfd; the producer rings it. With the nap cap
+    raised to 30 s, only the doorbell can deliver within the bound, in both directions."""
+    import threading
+    import time
+
+    from rlbench.builtin.transports import shm
+
+    monkeypatch.setattr(shm, "_NAP_S", 30.0)
+    transport = ShmTransport()
+    listener = transport.listen()
+    connection = transport.connect(listener.address, timeout=5)
+    got = []
+    try:
+        for _ in range(3):  # the listener asleep on an idle ring, then the connection asleep for its reply
+            server = threading.Thread(target=lambda: got.append(listener.recv(timeout=60)))
+            server.start()
+            time.sleep(0.2)  # far beyond any spin: the listener sleeps
+            sent = time.monotonic()
+            connection.send(b"wake up")
+            server.join(timeout=5)
+            assert not server.is_alive(), "the listener slept through a message"
+            assert time.monotonic() - sent < 5
+            peer, message = got.pop()
+            assert bytes(message) == b"wake up"
+
+            replier = threading.Timer(0.2, lambda: listener.send(peer, b"reply"))
+            replier.start()
+            started = time.monotonic()
+            assert bytes(connection.recv(timeout=60)) == b"reply"
+            assert time.monotonic() - started < 5
+            replier.join()
+    finally:
+        connection.close()
+        listener.close()

@@ -67,11 +67,19 @@ def placement_command(transport: str, replay: str, steps: int, actors: int, seed
 @click.option("--placement", type=click.Choice(["server", "in-network"]), default="server", show_default=True)
 @click.option("--max-actors", type=int, default=4, show_default=True)
 @click.option("--steps-per-actor", type=int, default=60000, show_default=True)
+@click.option("--train-every", type=int, default=512, show_default=True,
+              help="env steps per learner batch of 32: the rate limiter's samples-per-insert is 32 / this")
+@click.option("--publish-every", type=int, default=8, show_default=True, help="learner updates per weight publication")
 @click.option("--json", "as_json", is_flag=True)
-def actors_command(transport: str, placement: str, max_actors: int, steps_per_actor: int, as_json: bool) -> None:
+def actors_command(transport: str, placement: str, max_actors: int, steps_per_actor: int, train_every: int,
+                   publish_every: int, as_json: bool) -> None:
     """Env steps/s against the number of actor processes, with the learner rate-limited to a light
-    load (one batch of 32 per 256 env steps), so the actors are the bottleneck (EMC2'20's sweep)."""
-    hp = {"learning_starts": 500, "batch_size": 32, "train_every": 256, "publish_every": 2}
+    load, so the actors are the bottleneck (EMC2'20's sweep).
+
+    On a 2-core machine every cycle the learner and the replay node spend is taken from the actors:
+    a DQN update costs ~1.3 ms of torch here, so one batch per 256 env steps alone takes ~0.2 of a
+    core at 2 actors' pace. The default, one batch per 512 steps, keeps the learner light."""
+    hp = {"learning_starts": 500, "batch_size": 32, "train_every": train_every, "publish_every": publish_every}
     rows = []
     for actors in range(1, max_actors + 1):
         result = _run(placement=placement, transport=transport, actors=actors, steps=steps_per_actor * actors,
@@ -88,7 +96,8 @@ def actors_command(transport: str, placement: str, max_actors: int, steps_per_ac
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"DQN CartPole-v1 over {transport}, placement {placement}; learner rate-limited to 0.125 samples/insert")
+    click.echo(f"DQN CartPole-v1 over {transport}, placement {placement}; learner rate-limited to "
+               f"{32 / train_every:.4g} samples/insert, weights published every {publish_every} updates")
     click.echo("env steps/s: steady state, between the first and the last INSERT the replay node received "
                "(process start-up excluded; with start-up in the last column)")
     click.echo(f"{'actors':>6} {'env steps/s':>12} {'x 1 actor':>10} {'actor cpu s':>12} {'achieved SPI':>13} {'with start-up':>14}")

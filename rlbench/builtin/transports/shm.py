@@ -306,23 +306,27 @@ def _back_off(polls: int) -> None:
 class _Waiter:
     """A consumer's wait: an adaptive spin, then sleeps on its own doorbell (see the module's notes)."""
 
-    __slots__ = ("doorbell", "spin", "watch")
+    __slots__ = ("doorbell", "spin", "waits", "watch")
 
     def __init__(self, doorbell: int, watch: tuple[Any, ...] = ()) -> None:
         self.doorbell = doorbell  # our eventfd, non-blocking
         self.spin = _SPIN_MAX
+        self.waits = 0
         self.watch = (doorbell, *watch)  # also wakes the sleep: e.g. the far side's socket at EOF
 
     def wait(self, ready: Callable[[], Any], timeout: float | None, on_idle: Callable[[], None],
              controls: Callable[[], list[memoryview]]) -> Any:
         """ready()'s first true result, or None when the timeout passes."""
-        spin = self.spin
+        self.waits += 1
+        # Every 16th wait spins in full: a short spin cannot tell that messages now come quickly
+        # (a ping-pong after an idle spell), since its misses all look alike.
+        spin = self.spin if self.waits & 15 else _SPIN_MAX
         for _ in range(spin):
             result = ready()
             if result:
                 self.spin = min(_SPIN_MAX, spin * 2)
                 return result
-        self.spin = max(_SPIN_MIN, spin // 2)
+        self.spin = max(_SPIN_MIN, self.spin // 2)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             on_idle()  # before the flags: it may drop peers that left, and their rings with them
