@@ -19,8 +19,9 @@ ordered CPUs would need barriers, which is why probe() refuses them.
 Waiting: spin on head, then sleep on the own doorbell. A sleeping consumer sets SLEEPING in the
 control block of each ring it consumes; a producer that sees it after publishing rings the far side's
 doorbell (one eventfd write). Only sleepers cost a syscall, so a ping-pong stays syscall-free. The
-spin adapts (it doubles when a message came within it and halves when not), because on a machine
-with fewer cores than processes an idle server's spin is CPU taken from the processes doing work.
+spin adapts to how long messages took to come (wake-up included): it stretches to cover replies a
+spin would have caught and halves over idle spells longer than any spin, because on a machine with
+fewer cores than processes an idle server's spin is CPU taken from the processes doing work.
 The flag and the head are plain stores; x86 may let each side read the other's before its own store
 lands, so a sleep is also capped at _NAP_S: a missed ring costs at most that, never a hang.
 """
@@ -60,7 +61,9 @@ _HANDSHAKE = struct.Struct("<QQ")  # ring data bytes, peer id
 _SPIN = 500  # polls before a full ring's producer backs off (~0.2 us each here: ~100 us)
 _YIELDS = 50
 _MAX_SLEEP_S = 0.0005
-_SPIN_MAX, _SPIN_MIN = 250, 8  # a consumer's adaptive spin before it sleeps, in polls (~50 us to ~2 us)
+# A consumer's adaptive spin before it sleeps. Waking a sleeper costs ~80 us on these VMs (as much as
+# a kernel UDP round trip), so a reply that takes a replay node ~50-150 us of Python is worth spinning for.
+_SPIN_MAX_S, _SPIN_MIN_S = 300e-6, 2e-6
 _NAP_S = 0.002  # the longest sleep between checks of the ring, the far side's liveness and the deadline
 _HANDSHAKE_FDS = 3  # ring memory, the listener's doorbell, the peer's doorbell
 _LIVENESS_EVERY_S = 0.01
@@ -306,27 +309,36 @@ def _back_off(polls: int) -> None:
 class _Waiter:
     """A consumer's wait: an adaptive spin, then sleeps on its own doorbell (see the module's notes)."""
 
-    __slots__ = ("doorbell", "spin", "waits", "watch")
+    __slots__ = ("doorbell", "spin_s", "watch")
 
     def __init__(self, doorbell: int, watch: tuple[Any, ...] = ()) -> None:
         self.doorbell = doorbell  # our eventfd, non-blocking
-        self.spin = _SPIN_MAX
-        self.waits = 0
+        self.spin_s = _SPIN_MAX_S
         self.watch = (doorbell, *watch)  # also wakes the sleep: e.g. the far side's socket at EOF
 
     def wait(self, ready: Callable[[], Any], timeout: float | None, on_idle: Callable[[], None],
              controls: Callable[[], list[memoryview]]) -> Any:
         """ready()'s first true result, or None when the timeout passes."""
-        self.waits += 1
-        # Every 16th wait spins in full: a short spin cannot tell that messages now come quickly
-        # (a ping-pong after an idle spell), since its misses all look alike.
-        spin = self.spin if self.waits & 15 else _SPIN_MAX
-        for _ in range(spin):
-            result = ready()
-            if result:
-                self.spin = min(_SPIN_MAX, spin * 2)
-                return result
-        self.spin = max(_SPIN_MIN, self.spin // 2)
+        clock = time.perf_counter
+        started = clock()
+        spin_until = started + self.spin_s
+        while True:
+            for _ in range(16):
+                result = ready()
+                if result:
+                    self.spin_s = min(_SPIN_MAX_S, max(self.spin_s, 2 * (clock() - started)))
+                    return result
+            if clock() >= spin_until:
+                break
+        result = self._sleep(ready, timeout, on_idle, controls)
+        # How long the message took, wake-up included: a spin that long would have caught it, so
+        # spin about that long next time; an idle spell longer than any spin halves the spin.
+        took = clock() - started
+        self.spin_s = min(_SPIN_MAX_S, 2 * took) if took < _SPIN_MAX_S else max(_SPIN_MIN_S, self.spin_s / 2)
+        return result
+
+    def _sleep(self, ready: Callable[[], Any], timeout: float | None, on_idle: Callable[[], None],
+               controls: Callable[[], list[memoryview]]) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             on_idle()  # before the flags: it may drop peers that left, and their rings with them
