@@ -71,6 +71,7 @@ class ReplayCapabilities:
     max_item_bytes: int | None = None  # None: no limit beyond memory
     dtypes: tuple[str, ...] = ("float32", "float64", "int64", "int32", "uint8", "bool")
     device: str = "host"  # where the storage lives
+    accepts_tensors: bool = False  # add/update_priorities take torch tensors (on its device), not only numpy
 
 
 # Role names for compute backends: "<algorithm>:<role>", role one of actor, learner, tabular.
@@ -194,7 +195,11 @@ class ReplayMemory(Protocol):
 
 @runtime_checkable
 class InferenceEngine(Protocol):
-    """Batched forward pass of an MLP from published weights (an actor's policy)."""
+    """Batched forward pass of an MLP from published weights (an actor's policy).
+
+    An engine that also takes torch tensors, and answers with tensors on their device, declares
+    `accepts_tensors = True`; actors then keep a device-resident environment's data on the device.
+    """
 
     def load(self, weights: Sequence["np.ndarray"], version: int) -> None:
         """weights: [W0, b0, W1, b1, ...] with W of shape (in, out)."""

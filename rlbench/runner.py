@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 import rlbench
+from rlbench.arrays import to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.energy import EnergyMeters
 from rlbench.fingerprint import machine_fingerprint
@@ -58,7 +59,7 @@ def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[s
         obs = env.reset(seed=config.seed + EVAL_SEED_OFFSET)
         total = 0.0
         while len(returns) < episodes:
-            result = env.step(actor.greedy(obs))
+            result = env.step(actor.greedy(to_host(obs)))  # greedy() is the host path; a device env's obs come over
             total += float(result.rewards[0])
             if result.terminated[0] or result.truncated[0]:
                 returns.append(total)

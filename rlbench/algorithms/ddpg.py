@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlbench.algorithms.common import ReplayLoopConfig
+from rlbench.arrays import same_kind, to_host
 from rlbench.errors import RlbenchError
 from rlbench.protocols import EnvSpec, Sample
 
@@ -66,7 +67,9 @@ def actor_layer_sizes(spec: EnvSpec, config: DDPGConfig) -> list[int]:
 
 
 class DDPGActor:
-    """center + scale * tanh-policy(obs), plus clipped Gaussian exploration noise while training."""
+    """center + scale * tanh-policy(obs), plus clipped Gaussian exploration noise while training.
+
+    Device tensors stay on the device when the engine accepts tensors (as DQNActor)."""
 
     def __init__(self, spec: EnvSpec, compute: Any, config: DDPGConfig, seed: int) -> None:
         self.config = config
@@ -74,9 +77,15 @@ class DDPGActor:
         self.action_shape = tuple(spec.action_shape)
         self.policy = compute.mlp_inference(actor_layer_sizes(spec, config), hidden_activation="relu",
                                             output_activation="tanh")
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.device_generator = None
 
-    def act(self, observations: np.ndarray, step: int) -> np.ndarray:
+    def act(self, observations: Any, step: int) -> Any:
+        if not isinstance(observations, np.ndarray):
+            if getattr(self.policy, "accepts_tensors", False):
+                return self.act_on_device(observations, step)
+            observations = to_host(observations)
         n, bounds = len(observations), self.bounds
         if step < self.config.learning_starts:
             return self.rng.uniform(bounds.low, bounds.high, size=(n, *self.action_shape)).astype(np.float32)
@@ -86,6 +95,22 @@ class DDPGActor:
     def greedy(self, observations: np.ndarray) -> np.ndarray:
         squashed = self.policy(observations).reshape(len(observations), *self.action_shape)
         return (self.bounds.center + self.bounds.scale * squashed).astype(np.float32)
+
+    def act_on_device(self, observations: Any, step: int) -> Any:
+        import torch
+
+        device = observations.device
+        if self.device_generator is None:
+            self.device_generator = torch.Generator(device=device).manual_seed(self.seed)
+        n, generator = observations.shape[0], self.device_generator
+        low, high, center, scale = (torch.as_tensor(v, device=device) for v in
+                                    (self.bounds.low, self.bounds.high, self.bounds.center, self.bounds.scale))
+        shape = (n, *self.action_shape)
+        if step < self.config.learning_starts:
+            return low + (high - low) * torch.rand(shape, generator=generator, device=device)
+        noise = torch.randn(shape, generator=generator, device=device) * (scale * self.config.exploration_noise)
+        greedy = center + scale * self.policy(observations).reshape(shape)
+        return torch.clamp(greedy + noise, low, high)
 
     def load_weights(self, weights: Sequence[np.ndarray], version: int) -> None:
         self.policy.load(weights, version)
@@ -142,7 +167,7 @@ class DDPGLearner:
         critic_loss.backward()
         self.critic_optimizer.step()
 
-        info = {"critic_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
+        info = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}  # tensors: float() would sync
         self.updates += 1
         if self.updates % config.policy_delay == 0:
             actor_loss = -self._q(self.critic, obs, self._policy(self.actor, obs)).mean()
@@ -151,8 +176,8 @@ class DDPGLearner:
             self.actor_optimizer.step()
             soft_update(self.target_actor, self.actor, config.tau)
             soft_update(self.target_critic, self.critic, config.tau)
-            info["actor_loss"] = float(actor_loss.detach())
-        priorities = td_error.detach().abs().to("cpu").numpy() + config.per_eps
+            info["actor_loss"] = actor_loss.detach()
+        priorities = same_kind(td_error.detach().abs() + config.per_eps, sample.indices)
         return priorities, info
 
     def weights(self) -> list[np.ndarray]:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlbench.algorithms.common import ReplayLoopConfig
+from rlbench.arrays import same_kind, to_host
 from rlbench.errors import RlbenchError
 from rlbench.protocols import EnvSpec, Sample
 
@@ -51,16 +52,26 @@ def q_layer_sizes(spec: EnvSpec, config: DQNConfig) -> list[int]:
 
 
 class DQNActor:
-    """Epsilon-greedy over the Q-values the compute backend's inference engine returns."""
+    """Epsilon-greedy over the Q-values the compute backend's inference engine returns.
+
+    Observations that are device tensors stay on the device when the engine accepts tensors (the
+    draws then come from a torch generator there); otherwise they are copied to the host.
+    """
 
     def __init__(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> None:
         self.config = config
         self.n_actions = int(spec.n_actions or 0)
         self.q_values = compute.mlp_inference(q_layer_sizes(spec, config), hidden_activation="relu",
                                               output_activation="identity")
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.device_generator = None
 
-    def act(self, observations: np.ndarray, step: int) -> np.ndarray:
+    def act(self, observations: Any, step: int) -> Any:
+        if not isinstance(observations, np.ndarray):
+            if getattr(self.q_values, "accepts_tensors", False):
+                return self.act_on_device(observations, step)
+            observations = to_host(observations)
         n = len(observations)
         explore = self.rng.random(n) < epsilon_at(self.config, step)
         if not explore.any():
@@ -69,6 +80,17 @@ class DQNActor:
         if explore.all():  # no need for the network's opinion
             return random_actions
         return np.where(explore, random_actions, self.greedy(observations))
+
+    def act_on_device(self, observations: Any, step: int) -> Any:
+        import torch
+
+        device = observations.device
+        if self.device_generator is None:
+            self.device_generator = torch.Generator(device=device).manual_seed(self.seed)
+        n, generator = observations.shape[0], self.device_generator
+        explore = torch.rand(n, generator=generator, device=device) < epsilon_at(self.config, step)
+        random_actions = torch.randint(self.n_actions, (n,), generator=generator, device=device)
+        return torch.where(explore, random_actions, self.q_values(observations).argmax(dim=1))
 
     def greedy(self, observations: np.ndarray) -> np.ndarray:
         return np.argmax(self.q_values(observations), axis=1)
@@ -145,9 +167,10 @@ class DQNLearner:
         if self.updates % config.target_update_every == 0:
             soft_update(self.target_network, self.q_network, config.tau)
 
-        td_error = (target - q.detach()).abs()
-        priorities = td_error.to("cpu").numpy() + config.per_eps
-        return priorities, {"loss": float(loss.detach()), "q_mean": float(q.detach().mean())}
+        # Priorities go back as the sample came (a device memory's tensors stay there), and the info
+        # stays in tensors: a float() here would wait for the device on every update.
+        priorities = same_kind((target - q.detach()).abs() + config.per_eps, sample.indices)
+        return priorities, {"loss": loss.detach(), "q_mean": q.detach().mean()}
 
     def weights(self) -> list[np.ndarray]:
         from rlbench.algorithms.networks import export_weights

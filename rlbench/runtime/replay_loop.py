@@ -4,6 +4,10 @@ PEARL's protocol in one process: the actor inserts transitions (new ones get the
 learner samples, learns, sends priorities back, and publishes weights to the actor every
 `publish_every` updates. `train_every` env steps per update fixes the samples-per-insert ratio, the
 same quantity the distributed runtime's rate limiter enforces, so the two are comparable.
+
+Data stays where the components keep it: an environment that hands out device tensors feeds the
+actor and a device replay memory directly; only episode bookkeeping (rewards and ends, a few
+numbers per env) and a host memory's inserts are copied to the host.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import time
 
 import numpy as np
 
+from rlbench.arrays import as_float32, to_host
 from rlbench.runtime.context import LoopStats, RunContext
 
 PROGRESS_EVERY_S = 0.25
@@ -31,6 +36,7 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
     learner = ctx.algorithm.make_learner(spec, ctx.compute, hp, seed)
     actor.load_weights(learner.weights(), learner.updates)
     prioritized = ctx.replay_capabilities.prioritized
+    for_replay = (lambda array: array) if ctx.replay_capabilities.accepts_tensors else to_host
 
     h_act, h_env = recorder.histogram("actor.inference"), recorder.histogram("env.step")
     h_add, h_sample = recorder.histogram("replay.add"), recorder.histogram("replay.sample")
@@ -53,8 +59,9 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
         t1 = clock()
         result = env.step(actions)
         t2 = clock()
-        replay.add({"obs": obs, "action": actions, "reward": result.rewards,
-                    "next_obs": result.final_observations, "done": result.terminated.astype(np.float32)})
+        replay.add({"obs": for_replay(obs), "action": for_replay(actions), "reward": for_replay(result.rewards),
+                    "next_obs": for_replay(result.final_observations),
+                    "done": for_replay(as_float32(result.terminated))})
         t3 = clock()
         h_act.record(t1 - t0)
         h_env.record(t2 - t1)
@@ -63,9 +70,9 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
         ctx.accounting.stored += n
         step += n
 
-        episode_return += result.rewards
+        episode_return += to_host(result.rewards)
         episode_length += 1
-        ended = result.terminated | result.truncated
+        ended = to_host(result.terminated | result.truncated)
         if ended.any():
             for i in np.flatnonzero(ended):
                 ctx.curve.episode(step, episode_return[i], episode_length[i])

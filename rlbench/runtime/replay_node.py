@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rlbench.arrays import to_host
 from rlbench.metrics import Recorder
 from rlbench.runtime.rate_limiter import RateLimiter
 from rlbench.wire import Op, WireError, decode, encode, json_array, read_json, read_text, text
@@ -242,7 +243,8 @@ class ReplayNode:
         self.limiter.sampled(batch_size)
         status = self._status()
         assert not status.keys() & sample.transitions.keys(), "status fields would overwrite transitions"
-        return {"indices": sample.indices, "weights": sample.weights, **sample.transitions, **status}
+        fields = {"indices": sample.indices, "weights": sample.weights, **sample.transitions}
+        return {**{name: to_host(value) for name, value in fields.items()}, **status}  # a device memory's tensors
 
     def _release_pending(self) -> None:
         size = len(self.memory)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.metrics import Recorder
 from rlbench.plugins import get_registry
@@ -137,14 +138,14 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             result = env.step(actions)
             h_act.record(t_b - t_a)
             h_env.record(clock() - t_b)
-            for name, value in (("obs", obs), ("action", actions), ("reward", result.rewards),
-                                ("next_obs", result.final_observations),
-                                ("done", result.terminated.astype(np.float32))):
-                chunk[name].append(value)
+            rewards = to_host(result.rewards)  # the wire carries numpy: device tensors come to the host here
+            for name, value in (("obs", obs), ("action", actions), ("reward", rewards),
+                                ("next_obs", result.final_observations), ("done", as_float32(result.terminated))):
+                chunk[name].append(to_host(value))
             produced += n
-            episode_return += result.rewards
+            episode_return += rewards
             episode_length += 1
-            ended = result.terminated | result.truncated
+            ended = to_host(result.terminated | result.truncated)
             for i in np.flatnonzero(ended):
                 curve.append({"step": int(global_step + n), "time_s": round(time.perf_counter() - t0, 4),
                               "return": float(episode_return[i]), "length": int(episode_length[i])})

@@ -202,7 +202,7 @@ def measure_dqn(device: Any, num_envs: int, steps: int, overrides: dict[str, Any
     hp = apply_overrides(DQN.Config, overrides)
     sides = {
         "gpu env + gpu replay + gpu compute": lambda: (
-            BatchedCartPole(num_envs, seed=0, device=device),
+            BatchedCartPole(num_envs, seed=0, device=device, output="torch"),
             GpuPrioritizedReplay(hp.buffer_size, alpha=hp.per_alpha, seed=0, device=device),
             GpuCompute(device)),
         "gymnasium env + prioritized + cpu compute": lambda: (

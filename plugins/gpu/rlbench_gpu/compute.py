@@ -30,6 +30,8 @@ def capabilities(device_type: str) -> ComputeCapabilities:
 class TorchMLP:
     """InferenceEngine: float32 MLP forward on a torch device. `load` copies the weights to the device."""
 
+    accepts_tensors = True  # tensors in, tensors (on the device) out: actors stay on the device
+
     def __init__(self, layer_sizes: Sequence[int], *, device: torch.device, hidden_activation: str = "relu",
                  output_activation: str = "identity") -> None:
         if len(layer_sizes) < 2 or any(int(n) < 1 for n in layer_sizes):

@@ -61,7 +61,8 @@ def rlbench_register_compute_backends(register):
 @hookimpl
 def rlbench_register_replay_memories(register):
     register("gpu", "rlbench_gpu.replay:GpuPrioritizedReplay", probe=probe,
-             capabilities=ReplayCapabilities(prioritized=True, dtypes=REPLAY_DTYPES, device="cuda"),
+             capabilities=ReplayCapabilities(prioritized=True, dtypes=REPLAY_DTYPES, device="cuda",
+                                                            accepts_tensors=True),
              description="proportional prioritized replay with storage and a two-level sum tree in GPU memory")
 
 
@@ -76,8 +77,11 @@ def rlbench_register_environments(register):
 
 
 def _make_environment(env_id: str, num_envs: int = 1, *, seed: int | None = None, **options: Any) -> Any:
+    """Hands out device tensors: the core's loops keep them on the device as far as the actor, the
+    replay memory and the learner take them, and copy to the host only what must go there."""
     from rlbench_gpu.envs import make
 
+    options.setdefault("output", "torch")
     return make(env_id, num_envs, seed=seed, **options)
 
 

@@ -59,7 +59,8 @@ class GpuPrioritizedReplay:
         self.capacity = _positive_int(capacity, "capacity")
         self.alpha = _non_negative(alpha, "alpha")
         self.device = resolve_device(device)
-        self.capabilities = ReplayCapabilities(prioritized=True, dtypes=tuple(DTYPES), device=self.device.type)
+        self.capabilities = ReplayCapabilities(prioritized=True, dtypes=tuple(DTYPES), device=self.device.type,
+                                               accepts_tensors=True)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed if seed is not None else int(torch.seed() % (1 << 63)))
         self.block = 1 << max(1, (max(1, int(np.sqrt(self.capacity)))).bit_length() - 1)
