@@ -330,6 +330,7 @@ class _Waiter:
                     return result
             if clock() >= spin_until:
                 break
+            os.sched_yield()  # a process this one waits for may need the core (more processes than cores)
         result = self._sleep(ready, timeout, on_idle, controls)
         # How long the message took, wake-up included: a spin that long would have caught it, so
         # spin about that long next time; an idle spell longer than any spin halves the spin.
