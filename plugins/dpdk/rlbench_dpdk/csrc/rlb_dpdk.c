@@ -32,8 +32,9 @@
 #define RLB_MAGIC 0x4c52
 #define RLB_VERSION 1
 #define RLB_UDP_PORT 47474
-#define SPIN_POLLS 1000     /* empty polls before yielding (~20-50 us) */
-#define YIELDS 200          /* sched_yield()s before sleeping */
+#define SPIN_POLLS 200      /* pure empty polls (~5-10 us): a ping-pong's reply comes within them */
+#define YIELD_EVERY 32      /* then a sched_yield() every this many polls ... */
+#define YIELDS 200          /* ... this many times before sleeping (a replay node's reply comes within) */
 #define MAX_SLEEP_NS 100000
 #define DELAYED_ACK_NS 20000
 #define LINK_CHECK_NS 10000000ull
@@ -141,19 +142,24 @@ void rlb_set_timing(uint64_t rto_ns, uint64_t give_up_ns)
 
 static inline int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
 
-/* Poll, then yield, then sleep a little longer each time: a poller never holds a shared core for
- * a whole time slice while idle. */
+/* Poll, then poll with a yield every YIELD_EVERY polls, then sleep a little longer each time. The
+ * early yields matter with more processes than cores: the process whose reply we wait for may need
+ * this core, and a pure spinner would hold it for its whole time slice. */
 static void idle_step(uint32_t *idle)
 {
     static __thread int slack_set;
     uint32_t n = ++*idle;
     if (n < SPIN_POLLS) return;
-    if (n < SPIN_POLLS + YIELDS) { sched_yield(); return; }
+    uint32_t yielding = SPIN_POLLS + YIELD_EVERY * YIELDS;
+    if (n < yielding) {
+        if ((n - SPIN_POLLS) % YIELD_EVERY == 0) sched_yield();
+        return;
+    }
     if (!slack_set) {  /* sleep what we ask, not the default 50 us more */
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
         slack_set = 1;
     }
-    uint64_t ns = 5000ull * (n - SPIN_POLLS - YIELDS + 1);
+    uint64_t ns = 5000ull * (n - yielding + 1);
     struct timespec ts = {0, (long)(ns < MAX_SLEEP_NS ? ns : MAX_SLEEP_NS)};
     nanosleep(&ts, NULL);
 }
