@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from rlbench.errors import RlbenchError
 from rlbench.protocols import KINDS, PLACEMENTS
@@ -163,8 +164,8 @@ def _run_command() -> click.Command:
         click.Option(["--replay"], default=None, help="Replay memory [default: prioritized for replay-based algorithms]."),
         click.Option(["--compute"], default="cpu", show_default=True, help="Compute backend."),
         click.Option(["--transport"], default="shm", show_default=True, help="Transport between roles (not for --placement local)."),
-        click.Option(["--placement"], type=click.Choice(PLACEMENTS), default="local", show_default=True,
-                     help="Where the replay memory lives."),
+        click.Option(["--placement"], type=click.Choice(PLACEMENTS), default=None,
+                     help="Where the replay memory lives [default: server when --transport is given, else local]."),
         click.Option(["--actors"], type=int, default=1, show_default=True, help="Actor processes."),
         click.Option(["--num-envs"], type=int, default=1, show_default=True, help="Environments per actor."),
         click.Option(["--steps"], type=int, default=None, help="Env-step budget [default: the algorithm's]."),
@@ -195,6 +196,12 @@ def _run_command() -> click.Command:
         from rlbench.results import render
         from rlbench.runner import run
 
+        named_transport = click.get_current_context().get_parameter_source("transport") == ParameterSource.COMMANDLINE
+        if kw["placement"] is None:  # naming a transport asks for roles that talk over it
+            kw["placement"] = "server" if named_transport else "local"
+        elif kw["placement"] == "local" and named_transport:
+            raise click.UsageError(f"--transport {kw['transport']} has no effect with --placement local (the replay "
+                                   f"memory is inside the learner's process); use --placement server or in-network")
         options: dict[str, dict[str, Any]] = {}
         for name, option in plugin_options.items():
             value = kw.pop(name)

@@ -37,6 +37,7 @@ def test_info_is_a_fingerprint():
     (["run", "--env", "Pendulum-v1"], "dqn needs a discrete action space"),
     (["run", "--steps", "many"], "'many' is not a valid integer"),
     (["run", "--placement", "cloud"], "'cloud' is not one of"),
+    (["run", "--transport", "udp", "--placement", "local"], "--transport udp has no effect with --placement local"),
     (["run", "--hp", "lr"], "'lr' is not KEY=VALUE"),
     (["run", "--hp", "learning_rat=0.1"], "unknown hyperparameter 'learning_rat'"),
     (["run", "--hp", "learning_starts=60000"], "learning_starts (60,000) exceeds buffer_size (50,000)"),
@@ -51,6 +52,14 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_naming_a_transport_runs_the_roles_over_it():
+    result = run_cli("run", "--transport", "shm", "--steps", "600", "--eval-episodes", "0", "--no-out", "--json",
+                     "--hp", "learning_starts=200", "--hp", "batch_size=32")
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)["config"]
+    assert config["placement"] == "server" and config["transport"] == "shm"
 
 
 def test_show_refuses_a_file_that_is_not_a_result(tmp_path):
