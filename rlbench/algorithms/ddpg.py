@@ -80,6 +80,7 @@ class DDPGActor:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.device_generator = None
+        self.device_bounds: tuple[Any, ...] = ()
 
     def act(self, observations: Any, step: int) -> Any:
         if not isinstance(observations, np.ndarray):
@@ -100,11 +101,12 @@ class DDPGActor:
         import torch
 
         device = observations.device
-        if self.device_generator is None:
+        if self.device_generator is None:  # once: a host-to-device copy per step would wait every step
             self.device_generator = torch.Generator(device=device).manual_seed(self.seed)
+            self.device_bounds = tuple(torch.as_tensor(v, device=device) for v in
+                                       (self.bounds.low, self.bounds.high, self.bounds.center, self.bounds.scale))
         n, generator = observations.shape[0], self.device_generator
-        low, high, center, scale = (torch.as_tensor(v, device=device) for v in
-                                    (self.bounds.low, self.bounds.high, self.bounds.center, self.bounds.scale))
+        low, high, center, scale = self.device_bounds
         shape = (n, *self.action_shape)
         if step < self.config.learning_starts:
             return low + (high - low) * torch.rand(shape, generator=generator, device=device)
