@@ -2,7 +2,7 @@
 
 Layout (little endian)::
 
-    header   magic b"RB" | version u8 | op u8 | request_id u32 | n_arrays u16 | reserved u16
+    header   magic b"RB" | version u8 | op u8 | request_id u32 | n_arrays u16 | descriptor bytes u16
     per array: name_len u8 | name | dtype code u8 | ndim u8 | shape u32 * ndim | nbytes u64
     payload  each array's bytes, in order, each starting at an 8-byte aligned offset
 
@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 MAGIC = b"RB"
-VERSION = 1
+VERSION = 2  # 2: the header says how many bytes the array descriptors take
 HEADER = struct.Struct("<2sBBIHH")
 ARRAY_TAIL = struct.Struct("<BB")  # dtype code, ndim
 NBYTES = struct.Struct("<Q")
@@ -51,6 +51,12 @@ class Op(enum.IntEnum):
 DTYPES = [np.dtype(t) for t in ("float32", "float64", "int64", "int32", "uint8", "bool", "int16", "uint16",
                                  "int8", "uint32", "uint64", "float16")]
 DTYPE_CODE = {dt: code for code, dt in enumerate(DTYPES)}
+# Messages on the data path repeat a few shapes: their descriptor bytes (encode) and parsed layouts
+# (decode) are remembered, which halves the codec's cost. Bounded: cleared when full.
+_CACHE_ENTRIES = 1024
+_DESCRIPTORS: dict[tuple[str, np.dtype, tuple[int, ...]], bytes] = {}
+_LAYOUTS: dict[tuple[int, bytes], list[tuple[str, np.dtype, int, tuple[int, ...] | None, int, int]]] = {}
+_PADDING = [b"\0" * n for n in range(8)]
 
 
 class WireError(ValueError):
@@ -62,30 +68,43 @@ def encode(op: Op, arrays: Mapping[str, Any] | None = None, request_id: int = 0)
     arrays = arrays or {}
     if len(arrays) > MAX_ARRAYS:
         raise WireError(f"too many arrays ({len(arrays)} > {MAX_ARRAYS})")
-    head = bytearray(HEADER.pack(MAGIC, VERSION, int(op), request_id & 0xFFFFFFFF, len(arrays), 0))
+    descriptors = []
     payloads = []
     for name, value in arrays.items():
-        array = np.asarray(value)
+        array = value if type(value) is np.ndarray else np.asarray(value)
         if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d scalars into 1-d)
             array = np.ascontiguousarray(array)
-        code = DTYPE_CODE.get(array.dtype)
-        if code is None:
-            raise WireError(f"array {name!r}: dtype {array.dtype} cannot travel on the wire")
-        raw_name = name.encode()
-        head += bytes([len(raw_name)]) + raw_name + ARRAY_TAIL.pack(code, array.ndim)
-        head += struct.pack(f"<{array.ndim}I", *array.shape) + NBYTES.pack(array.nbytes)
+        descriptor = _DESCRIPTORS.get((name, array.dtype, array.shape))
+        if descriptor is None:
+            descriptor = _describe(name, array)
+        descriptors.append(descriptor)
         payloads.append(array)
-    parts: list[Any] = [bytes(head)]
-    offset = len(head)
+    block = b"".join(descriptors)
+    parts: list[Any] = [HEADER.pack(MAGIC, VERSION, int(op), request_id & 0xFFFFFFFF, len(arrays), len(block)), block]
+    offset = HEADER.size + len(block)
     for array in payloads:
         pad = -offset % 8  # every array starts 8-byte aligned, so the receiver can view it in place
         if pad:
-            parts.append(b"\0" * pad)
+            parts.append(_PADDING[pad])
             offset += pad
         if array.nbytes:
             parts.append(memoryview(array).cast("B") if array.ndim else array.tobytes())
             offset += array.nbytes
     return parts
+
+
+def _describe(name: str, array: np.ndarray) -> bytes:
+    """One array's descriptor bytes, remembered per (name, dtype, shape): the data path repeats them."""
+    code = DTYPE_CODE.get(array.dtype)
+    if code is None:
+        raise WireError(f"array {name!r}: dtype {array.dtype} cannot travel on the wire")
+    raw_name = name.encode()
+    descriptor = (bytes([len(raw_name)]) + raw_name + ARRAY_TAIL.pack(code, array.ndim)
+                  + struct.pack(f"<{array.ndim}I", *array.shape) + NBYTES.pack(array.nbytes))
+    if len(_DESCRIPTORS) >= _CACHE_ENTRIES:
+        _DESCRIPTORS.clear()
+    _DESCRIPTORS[(name, array.dtype, array.shape)] = descriptor
+    return descriptor
 
 
 def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int, dict[str, np.ndarray]]:
@@ -96,7 +115,7 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
         raise WireError(f"oversize message: {size} bytes > {max_bytes}")
     if size < HEADER.size:
         raise WireError(f"truncated message: {size} bytes is shorter than the {HEADER.size}-byte header")
-    magic, version, op_code, request_id, n_arrays, _ = HEADER.unpack_from(view, 0)
+    magic, version, op_code, request_id, n_arrays, block_bytes = HEADER.unpack_from(view, 0)
     if magic != MAGIC:
         raise WireError("not an rlbench message (bad magic)")
     if version != VERSION:
@@ -107,22 +126,45 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
         raise WireError(f"unknown op {op_code}") from None
     if n_arrays > MAX_ARRAYS:
         raise WireError(f"too many arrays: {n_arrays}")
-    offset = HEADER.size
+    if HEADER.size + block_bytes > size:
+        raise WireError(f"truncated message: {size} bytes cannot hold its {block_bytes} bytes of array descriptors")
+    key = (n_arrays, bytes(view[HEADER.size:HEADER.size + block_bytes]))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _layout(key[1], n_arrays)
+    arrays: dict[str, np.ndarray] = {}
+    frombuffer = np.frombuffer
+    for name, dtype, count, shape, offset, nbytes in layout:
+        if offset + nbytes > size:
+            raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}")
+        array = frombuffer(view, dtype=dtype, count=count, offset=offset)
+        arrays[name] = array if shape is None else array.reshape(shape)
+    end = layout[-1][4] + layout[-1][5] if layout else HEADER.size + block_bytes
+    if end != size:
+        raise WireError(f"{size - end} trailing bytes after the last array")
+    return op, request_id, arrays
+
+
+def _layout(block: bytes, n_arrays: int) -> list[tuple[str, np.dtype, int, tuple[int, ...] | None, int, int]]:
+    """Parse and check a descriptor block once; messages of the same shape reuse the result."""
+    offset = 0
     descriptors = []
     try:
         for _ in range(n_arrays):
-            name_len = view[offset]
-            name = bytes(view[offset + 1: offset + 1 + name_len]).decode()
+            name_len = block[offset]
+            name = block[offset + 1: offset + 1 + name_len].decode()
+            if len(name.encode()) != name_len:
+                raise WireError("truncated or garbled array descriptors (a name runs past the block)")
             offset += 1 + name_len
-            code, ndim = ARRAY_TAIL.unpack_from(view, offset)
+            code, ndim = ARRAY_TAIL.unpack_from(block, offset)
             offset += ARRAY_TAIL.size
             if code >= len(DTYPES):
                 raise WireError(f"array {name!r}: unknown dtype code {code}")
             if ndim > MAX_NDIM:
                 raise WireError(f"array {name!r}: {ndim} dimensions")
-            shape = struct.unpack_from(f"<{ndim}I", view, offset)
+            shape = struct.unpack_from(f"<{ndim}I", block, offset)
             offset += 4 * ndim
-            (nbytes,) = NBYTES.unpack_from(view, offset)
+            (nbytes,) = NBYTES.unpack_from(block, offset)
             offset += NBYTES.size
             dtype = DTYPES[code]
             if math.prod(shape) * dtype.itemsize != nbytes:
@@ -130,17 +172,18 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
             descriptors.append((name, dtype, shape, nbytes))
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise WireError(f"truncated or garbled array descriptors ({exc})") from None
-    arrays: dict[str, np.ndarray] = {}
+    if offset != len(block):
+        raise WireError(f"{len(block) - offset} stray bytes in the array descriptors")
+    layout = []
+    position = HEADER.size + len(block)
     for name, dtype, shape, nbytes in descriptors:
-        offset += -offset % 8
-        if offset + nbytes > size:
-            raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}")
-        array = np.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
-        arrays[name] = array if len(shape) == 1 else array.reshape(shape)
-        offset += nbytes
-    if offset != size:
-        raise WireError(f"{size - offset} trailing bytes after the last array")
-    return op, request_id, arrays
+        position += -position % 8
+        layout.append((name, dtype, nbytes // dtype.itemsize, None if len(shape) == 1 else shape, position, nbytes))
+        position += nbytes
+    if len(_LAYOUTS) >= _CACHE_ENTRIES:
+        _LAYOUTS.clear()
+    _LAYOUTS[(n_arrays, block)] = layout
+    return layout
 
 
 def text(message: str) -> np.ndarray:
