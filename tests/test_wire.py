@@ -68,3 +68,20 @@ def test_random_corruption_only_ever_raises_wire_errors():
             decode(bytes(message))
         except WireError:
             pass
+
+
+def test_a_remembered_layout_still_checks_every_message():
+    good = joined(encode(Op.INSERT, {"obs": np.ones((4, 4), np.float32), "action": np.arange(4)}, 3))
+    first, second = decode(good), decode(good)  # the second reuses the layout parsed for the first
+    np.testing.assert_array_equal(first[2]["obs"], second[2]["obs"])
+    for bad, message in ((good[:-3], "truncated message"), (good + b"\0" * 8, "trailing bytes")):
+        with pytest.raises(WireError, match=message):
+            decode(bad)
+    claims_more = bytearray(good)
+    claims_more[10:12] = (len(good)).to_bytes(2, "little")  # descriptor bytes beyond the message
+    with pytest.raises(WireError, match="cannot hold"):
+        decode(bytes(claims_more))
+    claims_less = bytearray(good)
+    claims_less[10:12] = (int.from_bytes(good[10:12], "little") - 8).to_bytes(2, "little")
+    with pytest.raises(WireError):
+        decode(bytes(claims_less))
