@@ -33,6 +33,38 @@ def byte_views(parts: Iterable[Any]) -> tuple[list[memoryview], int]:
     return views, total
 
 
+def slice_views(views: list[memoryview], start: int, length: int) -> list[memoryview]:
+    """The byte range [start, start+length) of the concatenated views, as views (no copy)."""
+    out = []
+    for view in views:
+        size = view.nbytes
+        if start >= size:
+            start -= size
+            continue
+        take = min(size - start, length)
+        out.append(view[start:start + take])
+        length -= take
+        start = 0
+        if not length:
+            break
+    return out
+
+
+class RequestReply:
+    """`request` for connections whose `recv` returns None on timeout: send, then wait for the reply.
+    A connection sets `scheme` and `_address`, for the error."""
+
+    scheme = ""
+    _address = ""
+
+    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
+        self.send(*parts)  # type: ignore[attr-defined]
+        reply = self.recv(timeout)  # type: ignore[attr-defined]
+        if reply is None:
+            raise TimeoutError(f"{self.scheme}: no reply from {self._address} within {timeout} s")
+        return reply
+
+
 def check_size(total: int, limit: int, transport: str) -> None:
     if total > limit:
         raise MessageTooLargeError(

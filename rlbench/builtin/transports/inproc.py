@@ -14,6 +14,7 @@ from typing import Any
 
 from rlbench.builtin.transports._framing import (
     AddressError,
+    RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
@@ -43,9 +44,12 @@ def _get(inbox: "queue.SimpleQueue[Any]", timeout: float | None) -> Any:
         return None
 
 
-class InprocConnection:
+class InprocConnection(RequestReply):
+    scheme = "inproc"
+
     def __init__(self, listener: "InprocListener", peer: int) -> None:
         self._listener = listener
+        self._address = listener.address
         self._peer = peer
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
@@ -70,13 +74,6 @@ class InprocConnection:
             self._stats["messages_received"] += 1
             self._stats["bytes_received"] += item.nbytes
         return item
-
-    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
-        self.send(*parts)
-        reply = self.recv(timeout)
-        if reply is None:
-            raise TimeoutError(f"inproc: no reply from {self._listener.address} within {timeout} s")
-        return reply
 
     @property
     def stats(self) -> dict[str, int]:

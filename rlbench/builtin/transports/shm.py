@@ -19,7 +19,7 @@ ordered CPUs would need barriers, which is why probe() refuses them.
 Waiting: spin on head, then sleep on the own doorbell. A sleeping consumer sets SLEEPING in the
 control block of each ring it consumes; a producer that sees it after publishing rings the far side's
 doorbell (one eventfd write). Only sleepers cost a syscall, so a ping-pong stays syscall-free. The
-spin adapts to how long messages took to come (wake-up included): it stretches to cover replies a
+spinner yields the core every 16 polls (the process it waits for may need it). The spin adapts to how long messages took to come (wake-up included): it stretches to cover replies a
 spin would have caught and halves over idle spells longer than any spin, because on a machine with
 fewer cores than processes an idle server's spin is CPU taken from the processes doing work.
 The flag and the head are plain stores; x86 may let each side read the other's before its own store
@@ -44,10 +44,12 @@ from typing import Any, Callable
 
 from rlbench.builtin.transports._framing import (
     AddressError,
+    RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
     new_stats,
+    slice_views,
     split_address,
 )
 from rlbench.errors import RlbenchError
@@ -171,7 +173,7 @@ class _Endpoint:
             sent = 0
             while sent < total:
                 length = min(chunk, total - sent)
-                self._record(length, _MORE if sent + length < total else 0, _skip(views, sent))
+                self._record(length, _MORE if sent + length < total else 0, slice_views(views, sent, length))
                 sent += length
         self.n_sent += 1
         self.bytes_sent += total
@@ -199,7 +201,7 @@ class _Endpoint:
         self.tail_seen = control[_TAIL]
 
     def _record(self, length: int, flags: int, views: list[memoryview]) -> None:
-        """Write one record holding the first `length` bytes of the views; publish it."""
+        """Write one record holding the views (`length` bytes in all); publish it."""
         need = _RECORD.size + _pad8(length)
         position = self.head & self.mask
         to_end = self.capacity - position
@@ -213,14 +215,9 @@ class _Endpoint:
             self._wait_space(need)
         _pack_record(data, position, length, flags)
         offset = position + _RECORD.size
-        remaining = length
         for view in views:  # gather: copy each part straight into the ring
-            take = min(view.nbytes, remaining)
-            data[offset:offset + take] = view if take == view.nbytes else view[:take]
-            offset += take
-            remaining -= take
-            if not remaining:
-                break
+            data[offset:offset + view.nbytes] = view
+            offset += view.nbytes
         self.head += need
         self.tx_control[_HEAD] = self.head
 
@@ -284,19 +281,6 @@ class _Endpoint:
         if self.far_doorbell >= 0:
             os.close(self.far_doorbell)
             self.far_doorbell = -1
-
-
-def _skip(views: list[memoryview], offset: int) -> list[memoryview]:
-    """The views from byte `offset` on (cheap slices, no copy)."""
-    out = []
-    for view in views:
-        size = view.nbytes
-        if offset >= size:
-            offset -= size
-            continue
-        out.append(view[offset:] if offset else view)
-        offset = 0
-    return out
 
 
 def _back_off(polls: int) -> None:
@@ -382,7 +366,9 @@ def _socket_name(address: str) -> bytes:
     return b"\0rlbench-shm/" + name.encode()
 
 
-class ShmConnection:
+class ShmConnection(RequestReply):
+    scheme = "shm"
+
     def __init__(self, endpoint: _Endpoint, doorbell: int, address: str, limit: int) -> None:
         self._endpoint = endpoint
         self._waiter = _Waiter(doorbell, watch=(endpoint.sock,))
@@ -417,13 +403,6 @@ class ShmConnection:
     def _raise_if_gone(self) -> None:
         if self._endpoint.far_side_gone() and not self._endpoint.ready():
             raise TransportClosedError(f"shm: listener {self._address} closed or died")
-
-    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
-        self.send(*parts)
-        reply = self.recv(timeout)
-        if reply is None:
-            raise TimeoutError(f"shm: no reply from {self._address} within {timeout} s")
-        return reply
 
     @property
     def stats(self) -> dict[str, int]:

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from rlbench.builtin.transports._framing import (
+    RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
@@ -90,7 +91,9 @@ class _FrameReader:
         return True
 
 
-class TcpConnection:
+class TcpConnection(RequestReply):
+    scheme = "tcp"
+
     def __init__(self, sock: socket.socket, address: str, limit: int) -> None:
         self._sock = sock
         self._address = address
@@ -138,13 +141,6 @@ class TcpConnection:
         self._stats["messages_received"] += 1
         self._stats["bytes_received"] += message.nbytes
         return message
-
-    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
-        self.send(*parts)
-        reply = self.recv(timeout)
-        if reply is None:
-            raise TimeoutError(f"tcp: no reply from {self._address} within {timeout} s")
-        return reply
 
     @property
     def stats(self) -> dict[str, int]:

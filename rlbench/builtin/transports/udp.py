@@ -23,11 +23,13 @@ import time
 from typing import Any
 
 from rlbench.builtin.transports._framing import (
+    RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
     host_port,
     new_stats,
+    slice_views,
 )
 from rlbench.errors import RlbenchError
 from rlbench.protocols import TransportCapabilities
@@ -133,7 +135,7 @@ class _UdpEndpoint:
             start = index * fragment
             length = min(fragment, total - start)
             header = _HEADER.pack(_MAGIC, _VERSION, _DATA, seq, index, count, total, fragment)
-            self._sendmsg([header, *_slice(views, start, length)], peer.addr)
+            self._sendmsg([header, *slice_views(views, start, length)], peer.addr)
             stats["fragments_sent"] += 1
 
         try:
@@ -281,24 +283,9 @@ class _UdpEndpoint:
         return dict(self._stats)
 
 
-def _slice(views: list[memoryview], start: int, length: int) -> list[memoryview]:
-    """The byte range [start, start+length) of the concatenated views, as views (no copy)."""
-    out = []
-    for view in views:
-        size = view.nbytes
-        if start >= size:
-            start -= size
-            continue
-        take = min(size - start, length)
-        out.append(view[start:start + take])
-        length -= take
-        start = 0
-        if not length:
-            break
-    return out
+class UdpConnection(RequestReply, _UdpEndpoint):
+    scheme = "udp"
 
-
-class UdpConnection(_UdpEndpoint):
     def __init__(self, sock: socket.socket, server: Any, address: str, **options: Any) -> None:
         super().__init__(sock, **options)
         self._address = address
@@ -336,13 +323,6 @@ class UdpConnection(_UdpEndpoint):
             raise TransportClosedError(f"udp connection to {self._address} is closed")
         item = self._next(timeout)
         return None if item is None else item[1]
-
-    def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
-        self.send(*parts)
-        reply = self.recv(timeout)
-        if reply is None:
-            raise TimeoutError(f"udp: no reply from {self._address} within {timeout} s")
-        return reply
 
     def close(self) -> None:
         if not self._closed:
