@@ -55,7 +55,8 @@ DTYPE_CODE = {dt: code for code, dt in enumerate(DTYPES)}
 # (decode) are remembered, which halves the codec's cost. Bounded: cleared when full.
 _CACHE_ENTRIES = 1024
 _DESCRIPTORS: dict[tuple[str, np.dtype, tuple[int, ...]], bytes] = {}
-_LAYOUTS: dict[tuple[int, bytes], list[tuple[str, np.dtype, int, tuple[int, ...] | None, int, int]]] = {}
+_Layout = tuple[list[tuple[str, np.dtype, int, "tuple[int, ...] | None", int, int]], int]
+_LAYOUTS: dict[tuple[int, bytes], _Layout] = {}
 _PADDING = [b"\0" * n for n in range(8)]
 
 
@@ -132,29 +133,32 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
     layout = _LAYOUTS.get(key)
     if layout is None:
         layout = _layout(key[1], n_arrays)
+    entries, end = layout
+    if end != size:
+        for name, _, _, _, offset, nbytes in entries:
+            if offset + nbytes > size:
+                raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}")
+        raise WireError(f"{size - end} trailing bytes after the last array")
     arrays: dict[str, np.ndarray] = {}
     frombuffer = np.frombuffer
-    for name, dtype, count, shape, offset, nbytes in layout:
-        if offset + nbytes > size:
-            raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}")
+    for name, dtype, count, shape, offset, nbytes in entries:
         array = frombuffer(view, dtype=dtype, count=count, offset=offset)
         arrays[name] = array if shape is None else array.reshape(shape)
-    end = layout[-1][4] + layout[-1][5] if layout else HEADER.size + block_bytes
-    if end != size:
-        raise WireError(f"{size - end} trailing bytes after the last array")
     return op, request_id, arrays
 
 
-def _layout(block: bytes, n_arrays: int) -> list[tuple[str, np.dtype, int, tuple[int, ...] | None, int, int]]:
-    """Parse and check a descriptor block once; messages of the same shape reuse the result."""
+def _layout(block: bytes, n_arrays: int) -> _Layout:
+    """Parse and check a descriptor block once; messages of the same shape reuse the result: each
+    array's (name, dtype, count, shape or None when 1-d, offset, nbytes), and where the message ends."""
     offset = 0
     descriptors = []
     try:
         for _ in range(n_arrays):
             name_len = block[offset]
-            name = block[offset + 1: offset + 1 + name_len].decode()
-            if len(name.encode()) != name_len:
+            raw_name = block[offset + 1: offset + 1 + name_len]
+            if len(raw_name) != name_len:
                 raise WireError("truncated or garbled array descriptors (a name runs past the block)")
+            name = raw_name.decode()
             offset += 1 + name_len
             code, ndim = ARRAY_TAIL.unpack_from(block, offset)
             offset += ARRAY_TAIL.size
@@ -174,12 +178,13 @@ def _layout(block: bytes, n_arrays: int) -> list[tuple[str, np.dtype, int, tuple
         raise WireError(f"truncated or garbled array descriptors ({exc})") from None
     if offset != len(block):
         raise WireError(f"{len(block) - offset} stray bytes in the array descriptors")
-    layout = []
+    entries = []
     position = HEADER.size + len(block)
     for name, dtype, shape, nbytes in descriptors:
         position += -position % 8
-        layout.append((name, dtype, nbytes // dtype.itemsize, None if len(shape) == 1 else shape, position, nbytes))
+        entries.append((name, dtype, nbytes // dtype.itemsize, None if len(shape) == 1 else shape, position, nbytes))
         position += nbytes
+    layout = (entries, position)
     if len(_LAYOUTS) >= _CACHE_ENTRIES:
         _LAYOUTS.clear()
     _LAYOUTS[(n_arrays, block)] = layout

@@ -59,7 +59,8 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
         t1 = clock()
         result = env.step(actions)
         t2 = clock()
-        replay.add({"obs": for_replay(obs), "action": for_replay(actions), "reward": for_replay(result.rewards),
+        rewards = for_replay(result.rewards)
+        replay.add({"obs": for_replay(obs), "action": for_replay(actions), "reward": rewards,
                     "next_obs": for_replay(result.final_observations),
                     "done": for_replay(as_float32(result.terminated))})
         t3 = clock()
@@ -70,7 +71,7 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
         ctx.accounting.stored += n
         step += n
 
-        episode_return += to_host(result.rewards)
+        episode_return += to_host(rewards)  # no second copy when the memory already got host rewards
         episode_length += 1
         ended = to_host(result.terminated | result.truncated)
         if ended.any():
