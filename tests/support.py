@@ -54,3 +54,18 @@ def interrupt_when_ready(proc: "subprocess.Popen", ready, *, settle_s: float, ti
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def replay_node_dying_at_the_end(spec, announce=None):
+    """A replay node for launcher tests that dies, without a reply, when the launcher asks for its
+    report (STATS): after the run, once every other role is done."""
+    import os
+
+    from rlbench.runtime import replay_node, roles
+    from rlbench.wire import Op
+
+    def die(node, peer, request_id, arrays):
+        os._exit(3)
+
+    replay_node.ReplayNode._handlers = {**replay_node.ReplayNode._handlers, Op.STATS: die}
+    return roles.replay_node_main(spec, announce)

@@ -244,6 +244,17 @@ def test_a_dead_learner_or_replay_node_stops_the_run_cleanly(role):
     assert time.monotonic() - t0 < 90
 
 
+def test_a_replay_node_lost_after_the_run_is_a_stop_reason_not_a_crash(monkeypatch):
+    from rlbench.runtime import launcher
+
+    monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "replay", "support:replay_node_dying_at_the_end")
+    result = run(short_config(placement="server", transport="tcp", actors=1))
+    assert result["status"] == "incomplete"
+    assert "replay node died (exit code 3)" in result["status_reason"]
+    assert result["loop"]["failures"] == []  # the other roles had finished their work
+    assert result["accounting"]["produced"] >= 800 and result["accounting"]["balanced"]
+
+
 def test_ctrl_c_stops_every_process_and_writes_an_incomplete_result(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "rlbench", "run", "--placement", "in-network", "--transport", "shm",
