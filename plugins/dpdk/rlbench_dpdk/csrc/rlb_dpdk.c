@@ -272,32 +272,36 @@ int rlb_port_open(const char *devargs, uint32_t mtu)
     return ret;
 }
 
+static int port_link_down(const struct port *p)
+{
+    struct rte_eth_link link;
+    memset(&link, 0, sizeof(link));
+    return rte_eth_link_get_nowait(p->pid, &link) == 0 && !link.link_status;
+}
+
 /* Whether a memif port's link has been down for a while. The PMD tears a connection down on the
  * EAL interrupt thread when the other process leaves (link down first, then unmapping the rings and
  * unregistering callbacks), with no lock against this thread's rx bursts or its own close of the
  * port; a port is touched again only once that teardown is long over. */
 static int port_quiet(struct port *p, uint64_t now)
 {
-    struct rte_eth_link link;
-    memset(&link, 0, sizeof(link));
-    if (rte_eth_link_get_nowait(p->pid, &link) != 0 || link.link_status) { p->down_ns = 0; return 0; }
+    if (!port_link_down(p)) { p->down_ns = 0; return 0; }
     if (!p->down_ns) p->down_ns = now;
     return now - p->down_ns >= PORT_LINGER_NS;
+}
+
+static void wait_quiet(struct port *p, uint64_t deadline_ns)  /* ... or until the deadline */
+{
+    struct timespec ts = {0, 1000000};
+    while (!port_quiet(p, rlb_now_ns()) && rlb_now_ns() < deadline_ns) nanosleep(&ts, NULL);
 }
 
 int rlb_port_close(int port)
 {
     if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return 0;
     struct port *pt = &g_ports[port];
-    if (pt->per_peer) {  /* a link that is up is ours to end; one going down, let the PMD finish */
-        struct rte_eth_link link;
-        memset(&link, 0, sizeof(link));
-        if (rte_eth_link_get_nowait(pt->pid, &link) == 0 && !link.link_status) {
-            struct timespec ts = {0, 1000000};
-            uint64_t start = rlb_now_ns();
-            while (!port_quiet(pt, rlb_now_ns()) && rlb_now_ns() - start < BYE_WAIT_NS) nanosleep(&ts, NULL);
-        }
-    }
+    /* A link that is up is ours to end; one going down, let the PMD finish first. */
+    if (pt->per_peer && port_link_down(pt)) wait_quiet(pt, rlb_now_ns() + BYE_WAIT_NS);
     pthread_mutex_lock(&g_lock);
     struct port *p = &g_ports[port];
     rte_eth_dev_stop(p->pid);
@@ -477,6 +481,11 @@ static void link_end(struct link *lk, int why)
     if (p->per_peer && !p->retired) { p->retired_ns = rlb_now_ns(); p->retired = 1; }
 }
 
+static void send_bye(struct link *lk)
+{
+    if (!lk->bye_sent) { send_control(lk, K_BYE, 0); lk->bye_sent = 1; }
+}
+
 static void hello(int port, const struct rlb_hdr *h, const struct rte_ether_hdr *eth)
 {
     struct listener *L = &g_listeners[g_ports[port].listener];
@@ -533,7 +542,7 @@ static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
         if (!lk->connected) { lk->connected = 1; rte_ether_addr_copy(&eth->src_addr, &lk->peer_mac); }
         return;
     case K_BYE:
-        if (!lk->bye_sent) { send_control(lk, K_BYE, 0); lk->bye_sent = 1; }  /* the goodbye's answer */
+        send_bye(lk);  /* the goodbye's answer, unless it is the answer to ours */
         link_end(lk, 1);
         return;
     case K_ACK:
@@ -573,11 +582,7 @@ static void service(struct link *lk, uint64_t now, int check_link)
             lk->rto = lk->rto * 2 < 200000000ull ? lk->rto * 2 : 200000000ull;
         }
     }
-    if (check_link && lk->connected) {
-        struct rte_eth_link link;
-        memset(&link, 0, sizeof(link));
-        if (rte_eth_link_get_nowait(g_ports[lk->port].pid, &link) == 0 && !link.link_status) link_end(lk, 3);
-    }
+    if (check_link && lk->connected && port_link_down(&g_ports[lk->port])) link_end(lk, 3);
 }
 
 static int poll_listener(struct listener *L, uint64_t now)
@@ -616,8 +621,7 @@ static void pump(struct link *lk, uint32_t *idle, uint64_t *last_check)
 static void say_bye(struct link *lk, uint64_t wait_ns)
 {
     if (!lk->closed) {
-        send_control(lk, K_BYE, 0);
-        lk->bye_sent = 1;
+        send_bye(lk);
         uint64_t start = rlb_now_ns(), last_check = 0;
         uint32_t idle = 0;
         while (!lk->closed && rlb_now_ns() - start < wait_ns) pump(lk, &idle, &last_check);
@@ -965,7 +969,7 @@ void rlb_listener_close(int id)
     /* Goodbye to every peer, then wait (briefly) for their answers before the ports stop. */
     for (int i = 0; i < L->nlinks; i++) {
         struct link *lk = &g_links[L->links[i]];
-        if (!lk->closed) { send_control(lk, K_BYE, 0); lk->bye_sent = 1; }
+        if (!lk->closed) send_bye(lk);
     }
     uint64_t start = rlb_now_ns();
     uint32_t idle = 0;
@@ -983,12 +987,10 @@ void rlb_listener_close(int id)
     free(L->held);
     L->held = NULL;
     /* Peers that answered close their ends now: give them the same wait before closing ours. */
-    start = rlb_now_ns();
-    for (int i = 0; i < __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE); i++) {
-        struct port *p = &g_ports[L->ports[i]];
-        while (p->per_peer && !port_quiet(p, rlb_now_ns()) && rlb_now_ns() - start < BYE_WAIT_NS) idle_step(&idle);
-    }
     int nports = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
+    uint64_t deadline = rlb_now_ns() + BYE_WAIT_NS;
+    for (int i = 0; i < nports; i++)
+        if (g_ports[L->ports[i]].per_peer) wait_quiet(&g_ports[L->ports[i]], deadline);
     for (int i = 0; i < nports; i++) rlb_port_close(L->ports[i]);
     pthread_mutex_lock(&g_lock);
     L->used = 0;
