@@ -35,7 +35,7 @@ class Inference:
 
     def setup_cache(self) -> dict[str, Any]:
         from rlbench.bench.compute import measure_inference
-        from rlbench.bench.threads import pin_one_thread
+        from rlbench.kit.bench import pin_one_thread
 
         pin_one_thread()
         backends, skipped = _backends()
@@ -76,7 +76,7 @@ class LearnerUpdate:
 
     def setup_cache(self) -> dict[str, Any]:
         from rlbench.bench.compute import measure_learners
-        from rlbench.bench.threads import pin_one_thread
+        from rlbench.kit.bench import pin_one_thread
 
         pin_one_thread()
         backends, skipped = _backends()
@@ -131,7 +131,7 @@ class TabularUpdate:
     timeout = 600
 
     def setup_cache(self) -> dict[str, Any]:
-        from rlbench.bench.threads import pin_one_thread
+        from rlbench.kit.bench import pin_one_thread
 
         pin_one_thread()
         backends, skipped = _backends()

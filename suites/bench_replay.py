@@ -23,7 +23,7 @@ class Replay:
 
     def setup_cache(self) -> dict[str, Any]:
         from rlbench.bench.replay import run_benchmark
-        from rlbench.bench.threads import pin_one_thread
+        from rlbench.kit.bench import pin_one_thread
 
         pin_one_thread()
         skipped = unavailable("replay")

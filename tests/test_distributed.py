@@ -22,7 +22,7 @@ from rlbench.registry import load_object
 from rlbench.runner import run
 from rlbench.runtime.rate_limiter import RateLimiter
 from rlbench.runtime.replay_node import NodeSettings, ReplayNode
-from rlbench.wire import Op, decode, encode, read_text, text
+from rlbench.wire import Op, decode, encode, read_text
 
 SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
 

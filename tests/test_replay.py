@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rlbench.bench.replay import command as bench_command
-from rlbench.bench.replay import numpy_sumtree_replay_class
+from rlbench.kit.bench import numpy_sumtree_replay_class
 from rlbench.builtin.replay import PrioritizedReplay, ReplayError, UniformReplay, probe_native
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ReplayCapabilities, Sample

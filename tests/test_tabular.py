@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rlbench import _tabular
-from rlbench.builtin.tabular_cpu import CpuTabularEngine, TabularInputError
+from rlbench.builtin.tabular_cpu import CpuTabularEngine
+from rlbench.kit.tabular import TabularInputError
 from rlbench.config import RunConfig
 from rlbench.errors import RlbenchError
 from rlbench.testing.tabular import check_tabular_engine, random_batch, reference_td_update

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 import rlbench
-from rlbench.builtin.transports._framing import AddressError, MessageTooLargeError
+from rlbench.kit.framing import AddressError, MessageTooLargeError
 from rlbench.builtin.transports.inproc import InprocTransport
 from rlbench.builtin.transports.shm import ShmTransport, probe
 from rlbench.builtin.transports.tcp import TcpTransport

@@ -40,7 +40,7 @@ def run_cleanrl(steps: int, seed: int) -> float:
 @click.option("--json", "as_json", is_flag=True, help="print the measurements as JSON")
 def dqn_command(steps: int, repeats: int, seed: int, as_json: bool) -> None:
     """DQN on CartPole-v1 with CleanRL's hyperparameters: rlbench vs a CleanRL-style loop, env steps/s."""
-    from rlbench.bench.threads import pin_one_thread
+    from rlbench.kit.bench import pin_one_thread
 
     pinned = pin_one_thread()
     cleanrl, rlbench = [], []

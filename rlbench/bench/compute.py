@@ -11,6 +11,7 @@ import click
 import numpy as np
 
 from rlbench.bench.algo import dqn_command  # noqa: F401  (the CLI attaches `bench dqn` from this module)
+from rlbench.kit.bench import torch_forward
 from rlbench.metrics import Histogram
 
 # (name, layer sizes, hidden activation, output activation): DQN's CleanRL Q-net and a DDPG actor.
@@ -30,27 +31,6 @@ def time_calls(fn: Callable[[], Any], iterations: int) -> dict[str, float]:
         histogram.record(clock() - t0)
     summary = histogram.summary()
     return {"p50_us": summary["p50"], "mean_us": summary["mean"], "p99_us": summary["p99"]}
-
-
-def torch_forward(weights: list[np.ndarray], hidden: str, output: str) -> Callable[[np.ndarray], np.ndarray]:
-    """The peer: the same MLP as an nn.Sequential on the CPU, numpy in and out as an actor needs."""
-    import torch
-
-    from rlbench.algorithms.networks import mlp
-
-    sizes = [weights[0].shape[0]] + [w.shape[1] for w in weights[0::2]]
-    network = mlp(sizes, hidden_activation=hidden, output_activation=output)
-    linears = [m for m in network if isinstance(m, torch.nn.Linear)]
-    with torch.no_grad():
-        for layer, w, b in zip(linears, weights[0::2], weights[1::2]):
-            layer.weight.copy_(torch.from_numpy(w.T))
-            layer.bias.copy_(torch.from_numpy(b))
-
-    def forward(x: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return network(torch.from_numpy(x)).numpy()
-
-    return forward
 
 
 def available_backends() -> list[tuple[str, Any]]:
@@ -129,7 +109,7 @@ def measure_learners(backends, iterations: int) -> list[dict[str, Any]]:
 def command(iterations: int, as_json: bool) -> None:
     """Actor inference (batch 1 and 256) of each compute backend vs a torch CPU forward of the same
     MLP, and the learner update step, torch and numpy BLAS pinned to one thread."""
-    from rlbench.bench.threads import pin_one_thread
+    from rlbench.kit.bench import pin_one_thread
 
     pinned = pin_one_thread()
     backends = available_backends()

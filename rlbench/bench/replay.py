@@ -9,7 +9,7 @@ measured in interleaved rounds (each operation of each memory once per round) an
 is reported, so a burst of load from other processes hits every memory alike.
 
 One thread: OMP_NUM_THREADS=1 is set (unless already set) and torch and numpy's OpenBLAS are pinned
-to one thread (rlbench.bench.threads), which the output reports.
+to one thread (rlbench.kit.bench.pin_one_thread), which the output reports.
 
 Only click is imported at module level: `rlbench --help` must stay fast.
 """
@@ -23,6 +23,8 @@ import time
 from typing import Any, Callable
 
 import click
+
+from rlbench.kit.bench import CpprbPrioritized, cartpole_batch, numpy_sumtree_replay_class
 
 OPERATIONS = ("add_1", "add_batch", "sample", "update")
 ROUNDS = 5
@@ -42,7 +44,7 @@ FILL_CHUNK = 10_000
 def command(replays: tuple[str, ...], capacity: int, batch_size: int, seconds: float, as_json: bool) -> None:
     """Replay memory add / sample / update_priorities rates, with ratios to cpprb."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # takes effect if numpy is not loaded yet
-    from rlbench.bench.threads import pin_one_thread
+    from rlbench.kit.bench import pin_one_thread
 
     threads = {"OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"], **pin_one_thread()}
     subjects, unavailable = _subjects(replays, capacity)
@@ -86,18 +88,6 @@ def _subjects(names: tuple[str, ...], capacity: int) -> tuple[dict[str, tuple[st
     else:
         subjects["cpprb"] = ("peer", lambda: CpprbPrioritized(capacity, alpha=0.6))
     return subjects, unavailable
-
-
-def cartpole_batch(rng: Any, n: int) -> dict[str, Any]:
-    import numpy as np
-
-    return {
-        "obs": rng.standard_normal((n, 4), dtype=np.float32),
-        "action": rng.integers(0, 2, n, dtype=np.int64),
-        "reward": np.ones(n, dtype=np.float32),
-        "next_obs": rng.standard_normal((n, 4), dtype=np.float32),
-        "done": (rng.random(n) < 0.05).astype(np.float32),
-    }
 
 
 def run_benchmark(subjects: dict[str, tuple[str, Callable[[], Any]]], *, capacity: int, batch_size: int,
@@ -200,99 +190,3 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# -- peers -------------------------------------------------------------------------------------------------
-class CpprbPrioritized:
-    """cpprb's C++ PrioritizedReplayBuffer behind the calls the benchmark makes."""
-
-    def __init__(self, capacity: int, *, alpha: float) -> None:
-        import numpy as np
-        from cpprb import PrioritizedReplayBuffer
-
-        fields = {"obs": {"shape": 4, "dtype": np.float32}, "action": {"shape": 1, "dtype": np.int64},
-                  "reward": {"dtype": np.float32}, "next_obs": {"shape": 4, "dtype": np.float32},
-                  "done": {"dtype": np.float32}}
-        self._buffer = PrioritizedReplayBuffer(capacity, fields, alpha=alpha)
-
-    def __len__(self) -> int:
-        return self._buffer.get_stored_size()
-
-    def add(self, transitions: dict[str, Any], priorities: Any = None) -> None:
-        if priorities is None:
-            self._buffer.add(**transitions)
-        else:
-            self._buffer.add(priorities=priorities, **transitions)
-
-    def sample(self, batch_size: int, beta: float) -> dict[str, Any]:
-        return self._buffer.sample(batch_size, beta)
-
-    def update_priorities(self, indices: Any, priorities: Any) -> None:
-        self._buffer.update_priorities(indices, priorities)
-
-
-@functools.cache
-def numpy_sumtree_replay_class() -> type:
-    """The textbook baseline: a binary sum tree and min tree in numpy arrays, vectorised level by
-    level. It reuses the built-in storage (UniformReplay), so against `prioritized` it differs only
-    in the tree. Built on first use because this module imports only click."""
-    import numpy as np
-
-    from rlbench.builtin.replay import ReplayError, UniformReplay, _validated_update
-    from rlbench.protocols import ReplayCapabilities, Sample
-
-    class NumpySumTreeReplay(UniformReplay):
-        capabilities = ReplayCapabilities(prioritized=True)
-
-        def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, **ignored: Any) -> None:
-            super().__init__(capacity, alpha=alpha, seed=seed)
-            self._leaf0 = 1 << max(0, (self.capacity - 1).bit_length())  # leaves at [leaf0, 2 leaf0), root at 1
-            self._sum = np.zeros(2 * self._leaf0)
-            self._min = np.full(2 * self._leaf0, np.inf)
-            self._max_priority = 1.0
-
-        def _set_new_priorities(self, indices: np.ndarray, priorities: Any, new_size: int) -> None:
-            if priorities is None:
-                priorities = np.full(len(indices), self._max_priority)
-            self._write(indices, priorities, new_size)
-
-        def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-            self._updated_items += self._write(indices, priorities, self._size)
-            self._updates += 1
-
-        def _write(self, indices: Any, priorities: Any, size: int) -> int:
-            count = _validated_update(indices, priorities, size)
-            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            if count:
-                self._max_priority = max(self._max_priority, float(priorities.max()))
-            # numpy does not promise which value a repeated index gets: keep each index's last one.
-            _, from_end = np.unique(indices[::-1], return_index=True)
-            last = len(indices) - 1 - from_end
-            indices, priorities = indices[last], priorities[last]
-            scaled = priorities ** self.alpha
-            nodes = indices + self._leaf0
-            self._sum[nodes] = scaled
-            self._min[nodes] = np.where(scaled > 0, scaled, np.inf)
-            while nodes.size and nodes[0] > 1:
-                nodes = nodes >> 1
-                self._sum[nodes] = self._sum[2 * nodes] + self._sum[2 * nodes + 1]
-                self._min[nodes] = np.minimum(self._min[2 * nodes], self._min[2 * nodes + 1])
-            return count
-
-        def sample(self, batch_size: int, beta: float = 0.4) -> Sample:
-            batch_size, beta = self._check_sample(batch_size, beta)
-            total = self._sum[1]
-            if not total > 0:
-                raise ReplayError("cannot sample: every stored priority is zero")
-            mass = (np.arange(batch_size) + self._rng.random(batch_size)) * (total / batch_size)
-            nodes = np.ones(batch_size, dtype=np.int64)
-            while nodes[0] < self._leaf0:
-                left = 2 * nodes
-                left_mass = self._sum[left]
-                go_right = mass >= left_mass
-                mass -= np.where(go_right, left_mass, 0.0)
-                nodes = left + go_right
-            indices = nodes - self._leaf0
-            weights = ((self._sum[nodes] / self._min[1]) ** -beta).astype(np.float32)
-            return Sample(indices, self._gather(indices), weights)
-
-    return NumpySumTreeReplay

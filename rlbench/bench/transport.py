@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from rlbench.kit.bench import parse_sizes
+
 DEFAULT_SIZES = (64, 4096)
 _WARMUP = 300
 _ECHO, _SINK, _FINISH, _QUIT = b"e", b"s", b"f", b"q"
@@ -170,17 +172,6 @@ def format_table(results: dict[str, Any]) -> str:
     lines.append(f"round trip = request/echo ({results['seconds_per_case']} s per case); one-way = msgs the "
                  "server counted / time until it confirmed")
     return "\n".join(lines + unavailable)
-
-
-def parse_sizes(_ctx: Any, _param: Any, value: str) -> tuple[int, ...]:
-    """click callback for comma-separated byte counts (also used by plugins' benchmarks)."""
-    try:
-        sizes = tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated byte counts like 64,4096, got {value!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter("sizes must be positive byte counts")
-    return sizes
 
 
 @click.command("transport")

@@ -19,25 +19,15 @@ Neither memory is thread-safe: one owner (the learner or the replay server) call
 
 from __future__ import annotations
 
-import functools
-
 from typing import Any, Mapping
 
 import numpy as np
 
-from rlbench.checks import non_negative, positive_int
-from rlbench.errors import RlbenchError
+from rlbench.kit.replay import (ReplayError, TransitionLayout, as_update_arrays, check_sample, non_negative_number,
+                                positive, validated_update)
 from rlbench.protocols import Probe, ReplayCapabilities, Sample
 
 BUILD_HINT = "build it with `pip install -e .` (needs gcc and the Python headers) or `python setup.py build_ext --inplace`"
-
-
-class ReplayError(RlbenchError, ValueError):
-    """Bad input to a replay memory (wrong fields, dtypes, indices or priorities)."""
-
-
-_positive_int = functools.partial(positive_int, error=ReplayError)
-_non_negative = functools.partial(non_negative, error=ReplayError)
 
 
 def probe_native() -> Probe:
@@ -57,9 +47,10 @@ class UniformReplay:
     capabilities = ReplayCapabilities(prioritized=False)
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, **ignored_options: Any) -> None:
-        self.capacity = _positive_int(capacity, "capacity")
-        self.alpha = _non_negative(alpha, "alpha")
+        self.capacity = positive(capacity, "capacity")
+        self.alpha = non_negative_number(alpha, "alpha")
         self._rng = np.random.default_rng(seed)
+        self._layout: TransitionLayout | None = None
         self._columns: dict[str, np.ndarray] = {}
         self._size = 0
         self._cursor = 0  # the slot the next item goes to
@@ -73,11 +64,11 @@ class UniformReplay:
     # -- add -------------------------------------------------------------------------------------
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
         """Store a batch (leading axis = items); returns the indices written."""
-        first = not self._columns
+        first = self._layout is None
         if first:
             self._allocate(transitions)
         try:
-            rows, n = self._validated_rows(transitions)
+            rows, n = self._layout.validate(transitions)
             indices = np.arange(self._cursor, self._cursor + n, dtype=np.int64)
             if self._cursor + n > self.capacity:
                 indices %= self.capacity
@@ -85,7 +76,7 @@ class UniformReplay:
             self._set_new_priorities(indices, priorities, new_size)  # validates: nothing is written on error
         except ReplayError:
             if first:  # a refused first batch does not fix the layout
-                self._columns = {}
+                self._layout, self._columns = None, {}
             raise
         self._write_rows(rows, n)
         self._size = new_size
@@ -95,48 +86,18 @@ class UniformReplay:
 
     def _set_new_priorities(self, indices: np.ndarray, priorities: Any, new_size: int) -> None:
         if priorities is not None:
-            _validated_update(indices, priorities, new_size)
+            validated_update(indices, priorities, new_size)
 
     def _allocate(self, transitions: Mapping[str, np.ndarray]) -> None:
-        if not isinstance(transitions, Mapping) or not transitions:
-            raise ReplayError("add() needs a non-empty dict of field name -> array with a leading batch axis")
+        layout = TransitionLayout.of(transitions)
         columns = {}
-        for name, value in transitions.items():
-            if not isinstance(name, str):
-                raise ReplayError(f"field names must be strings, got {name!r}")
-            value = np.asarray(value)
-            if value.ndim == 0:
-                raise ReplayError(f"field {name!r} has no leading batch axis (got a scalar); pass shape (batch, ...)")
-            if value.dtype.hasobject:
-                raise ReplayError(f"field {name!r} has dtype object; store numeric or bool arrays")
+        for name, field in layout.fields.items():
             try:
-                columns[name] = np.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype)
+                columns[name] = np.zeros((self.capacity, *field.shape), dtype=field.dtype)
             except MemoryError:
-                gib = self.capacity * value[:1].nbytes / 2**30
+                gib = self.capacity * field.nbytes / 2**30
                 raise ReplayError(f"cannot allocate {gib:.1f} GiB for field {name!r} at capacity {self.capacity}") from None
-        self._columns = columns
-
-    def _validated_rows(self, transitions: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], int]:
-        columns = self._columns
-        if not isinstance(transitions, Mapping) or transitions.keys() != columns.keys():
-            got = sorted(map(str, transitions)) if isinstance(transitions, Mapping) else type(transitions).__name__
-            raise ReplayError(f"add() needs exactly the fields {sorted(columns)}, got {got}")
-        rows = []
-        n = -1
-        for name, column in columns.items():
-            value = transitions[name]
-            if type(value) is not np.ndarray:
-                value = np.asarray(value)
-            if value.dtype != column.dtype or value.shape[1:] != column.shape[1:] or value.ndim == 0:
-                raise ReplayError(
-                    f"field {name!r}: got {value.dtype}{list(value.shape)}, but this memory stores "
-                    f"{column.dtype} rows of shape {list(column.shape[1:])} (set by the first add)")
-            if n < 0:
-                n = len(value)
-            elif len(value) != n:
-                raise ReplayError(f"fields have different batch lengths: {name!r} has {len(value)}, others {n}")
-            rows.append(value)
-        return rows, n
+        self._layout, self._columns = layout, columns
 
     def _write_rows(self, rows: list[np.ndarray], n: int) -> None:
         capacity = self.capacity
@@ -161,12 +122,7 @@ class UniformReplay:
         return Sample(indices, self._gather(indices), np.ones(batch_size, dtype=np.float32))
 
     def _check_sample(self, batch_size: int, beta: float) -> tuple[int, float]:
-        if self._size == 0:
-            raise ReplayError("cannot sample from an empty replay memory; add transitions first")
-        batch_size = _positive_int(batch_size, "batch_size")
-        beta = _non_negative(beta, "beta")
-        if beta > 1.0:
-            raise ReplayError(f"beta must lie in [0, 1], got {beta!r}")
+        batch_size, beta = check_sample(batch_size, beta, self._size)
         self._samples += 1
         self._sampled_items += batch_size
         return batch_size, beta
@@ -177,7 +133,7 @@ class UniformReplay:
     # -- priorities ------------------------------------------------------------------------------
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Accepted and ignored (after validation): uniform sampling has no priorities."""
-        self._updated_items += _validated_update(indices, priorities, self._size)
+        self._updated_items += len(validated_update(indices, priorities, self._size)[0])
         self._updates += 1
 
     def stats(self) -> dict[str, Any]:
@@ -192,7 +148,7 @@ class UniformReplay:
             "sampled_items": self._sampled_items,
             "updates": self._updates,
             "updated_items": self._updated_items,
-            "fields": {name: f"{c.dtype}{list(c.shape[1:])}" for name, c in self._columns.items()},
+            "fields": self._layout.describe() if self._layout else {},
         }
 
 
@@ -237,7 +193,7 @@ class PrioritizedReplay(UniformReplay):
             try:
                 return self._tree.update(indices, priorities, size)
             except TypeError:  # not a contiguous int/float array: convert, then let the tree validate
-                indices, priorities = _as_update_arrays(indices, priorities)
+                indices, priorities = as_update_arrays(indices, priorities)
                 return self._tree.update(indices, priorities, size)
         except (ValueError, TypeError) as error:
             raise ReplayError(f"{operation}: {error}") from None
@@ -257,32 +213,3 @@ class PrioritizedReplay(UniformReplay):
         stats.update(alpha=self.alpha, total_priority=self._tree.total, min_priority=self._tree.min,
                      max_priority_seen=self._tree.max_priority)
         return stats
-
-
-# -- validation helpers ----------------------------------------------------------------------------
-def _as_update_arrays(indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Flat int64 indices and float64 priorities, or a ReplayError saying what is wrong."""
-    index_array = np.asarray(indices)
-    if index_array.size and not np.issubdtype(index_array.dtype, np.integer):
-        raise ReplayError(f"indices must be integers, got {index_array.dtype}")
-    try:
-        priority_array = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise ReplayError(f"priorities must be numbers, got {type(priorities).__name__}") from None
-    return np.ascontiguousarray(index_array, dtype=np.int64).reshape(-1), priority_array
-
-
-def _validated_update(indices: Any, priorities: Any, size: int) -> int:
-    """Check an update's indices (in [0, size)) and priorities (finite, >= 0); returns its length."""
-    index_array, priority_array = _as_update_arrays(indices, priorities)
-    if len(index_array) != len(priority_array):
-        raise ReplayError(f"got {len(index_array)} indices but {len(priority_array)} priorities")
-    if len(index_array):
-        low, high = int(index_array.min()), int(index_array.max())
-        if low < 0 or high >= size:
-            bad = low if low < 0 else high
-            raise ReplayError(f"index {bad} out of range for a memory holding {size} items")
-        if not (np.all(priority_array >= 0.0) and np.all(np.isfinite(priority_array))):
-            bad = priority_array[~((priority_array >= 0.0) & np.isfinite(priority_array))][0]
-            raise ReplayError(f"priority {bad} is invalid: priorities must be finite and >= 0")
-    return len(index_array)

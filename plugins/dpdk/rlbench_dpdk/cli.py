@@ -6,7 +6,7 @@ import json
 
 import click
 
-from rlbench.bench.transport import parse_sizes
+from rlbench.kit.bench import parse_sizes
 
 
 @click.group("dpdk")

@@ -21,7 +21,7 @@ import struct
 import threading
 from typing import Any
 
-from rlbench.builtin.transports._framing import AddressError, TransportClosedError, byte_views, check_size
+from rlbench.kit.framing import AddressError, TransportClosedError, byte_views, check_size
 from rlbench.protocols import TransportCapabilities
 from rlbench_dpdk.native import STAT_NAMES, DpdkError, ensure_eal, error_text, library
 from rlbench_dpdk.ports import PortSpec, memif_devargs

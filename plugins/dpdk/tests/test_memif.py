@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from rlbench.builtin.transports._framing import TransportClosedError
+from rlbench.kit.framing import TransportClosedError
 from rlbench_dpdk.testing import echo_node
 from rlbench_dpdk.transport import DpdkTransport
 

@@ -14,8 +14,8 @@ FLOOR = "opencl-floor"  # not a replay: the round's OpenCL calls with an empty k
 
 
 def run_bench(*, capacity: int, batch_size: int, rounds: int, seconds: float) -> dict[str, Any]:
-    from rlbench.bench.threads import pin_one_thread
-    from rlbench_fpga.cli import interleaved_medians
+    from rlbench.kit.bench import pin_one_thread
+    from rlbench.kit.bench import interleaved_medians
     from rlbench_fpga.device import default_context
 
     threads: dict[str, Any] = {key: os.environ.get(key) for key in ("POCL_DEVICES", "POCL_MAX_PTHREAD_COUNT", "OMP_NUM_THREADS")}
@@ -40,7 +40,7 @@ def run_bench(*, capacity: int, batch_size: int, rounds: int, seconds: float) ->
 
 
 def _replay_subjects(capacity: int, batch_size: int) -> tuple[dict[str, Any], int, int]:
-    from rlbench.bench.replay import CpprbPrioritized, cartpole_batch, numpy_sumtree_replay_class
+    from rlbench.kit.bench import CpprbPrioritized, cartpole_batch, numpy_sumtree_replay_class
     from rlbench_fpga.replay import FpgaReplay
 
     rng = np.random.default_rng(0)
@@ -95,7 +95,7 @@ def _dispatch_floor(batch_size: int, row_bytes: int) -> Any:
 
 
 def _mlp_subjects() -> dict[str, Any]:
-    from rlbench.bench.compute import torch_forward
+    from rlbench.kit.bench import torch_forward
     from rlbench.testing.compute import random_weights
     from rlbench_fpga.compute import FpgaCompute
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -92,17 +91,3 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def interleaved_medians(subjects: dict[str, Callable[[int], Any]], rounds: int, seconds: float) -> dict[str, float]:
-    """Microseconds per call of each subject: the median over rounds, subjects taking turns."""
-    import numpy as np
-
-    samples: dict[str, list[float]] = {name: [] for name in subjects}
-    for _ in range(rounds):
-        for name, call in subjects.items():
-            calls, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds:
-                for k in range(calls, calls + 8):
-                    call(k)
-                calls += 8
-            samples[name].append((time.perf_counter() - start) / calls * 1e6)
-    return {name: float(np.median(values)) for name, values in samples.items()}

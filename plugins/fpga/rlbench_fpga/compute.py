@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyopencl as cl
 
-from rlbench.builtin.tabular_cpu import TabularInputError, TdBatch, check_step_sizes, prepare_batch
+from rlbench.kit.tabular import TabularInputError, TdBatch, check_step_sizes, prepare_batch
 from rlbench_fpga import device as devices
 from rlbench_fpga.mlp import OpenclMLP
 from rlbench_fpga.perf_model import DEFAULT_BOARD, tabular_seconds

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyopencl as cl
 
-from rlbench.builtin.compute_cpu import check_activation, check_mlp_weights
+from rlbench.kit.compute import check_activation, check_mlp_weights
 from rlbench.errors import RlbenchError
 from rlbench_fpga.program import build
 

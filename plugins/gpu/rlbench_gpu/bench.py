@@ -37,7 +37,7 @@ def _setup(device: str | None) -> tuple[Any, dict[str, Any], str]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
-    from rlbench.bench.threads import pin_one_thread
+    from rlbench.kit.bench import pin_one_thread
     from rlbench_gpu.device import resolve_device
 
     pinned = pin_one_thread()
@@ -148,7 +148,7 @@ def measure_replay(device: Any, capacity: int, batch_size: int, seconds: float) 
     import numpy as np
     import torch
 
-    from rlbench.bench.replay import cartpole_batch
+    from rlbench.kit.bench import cartpole_batch
     from rlbench.builtin.replay import PrioritizedReplay
     from rlbench_gpu.device import synchronize
     from rlbench_gpu.replay import GpuPrioritizedReplay

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from rlbench.builtin.compute_cpu import check_activation, check_mlp_weights
+from rlbench.kit.compute import check_activation, check_mlp_weights
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ComputeCapabilities
 from rlbench_gpu.device import device_fingerprint, resolve_device

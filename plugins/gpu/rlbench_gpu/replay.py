@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from rlbench.checks import non_negative, positive_int
+from rlbench.kit.checks import non_negative, positive_int
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ReplayCapabilities, Sample
 from rlbench_gpu.device import resolve_device

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from rlbench.builtin.transports._framing import (
+from rlbench.kit.framing import (
     AddressError,
     RequestReply,
     TransportClosedError,

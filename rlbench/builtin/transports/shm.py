@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from rlbench.builtin.transports._framing import (
+from rlbench.kit.framing import (
     AddressError,
     RequestReply,
     TransportClosedError,

@@ -22,7 +22,7 @@ import struct
 import time
 from typing import Any
 
-from rlbench.builtin.transports._framing import (
+from rlbench.kit.framing import (
     RequestReply,
     TransportClosedError,
     byte_views,
