@@ -6,9 +6,11 @@ Components are reached through the registry, which loads their factories lazily.
 
 __version__ = "0.1.0"
 
+from rlbench.config import RunConfig
 from rlbench.errors import RlbenchError, UnknownComponentError, InvalidCombinationError
 
-__all__ = ["__version__", "RlbenchError", "UnknownComponentError", "InvalidCombinationError", "get_registry"]
+__all__ = ["__version__", "RlbenchError", "UnknownComponentError", "InvalidCombinationError", "RunConfig",
+           "get_registry", "run"]
 
 
 def get_registry(*, refresh: bool = False):
@@ -16,3 +18,10 @@ def get_registry(*, refresh: bool = False):
     from rlbench.plugins import get_registry as _get
 
     return _get(refresh=refresh)
+
+
+def run(config: RunConfig, **kwargs):
+    """Run one configuration end to end and return its result document (see `rlbench.runner.run`)."""
+    from rlbench.runner import run as _run
+
+    return _run(config, **kwargs)

@@ -1,9 +1,37 @@
-"""The resolved configuration of one run: which components, how long, which seed, and overrides."""
+"""The resolved configuration of one run: which components, how long, which seed, and overrides;
+and the TOML file that holds one (`rlbench run --config FILE`, the format `rlbench sweep` and
+`rlbench plan` read and write).
+
+A run file is the run's fields at the top level, `[hyperparameters]` for `--hp` overrides and
+`[options]` for plugins' run options by their flag name without the dashes::
+
+    algo = "dqn"
+    env = "CartPole-v1"
+    replay = "prioritized"
+    placement = "server"
+    transport = "shm"
+    actors = 2
+    steps = 20000
+
+    [hyperparameters]
+    learning_rate = 3e-4
+    hidden_sizes = [64, 64]
+
+    [options]
+    dpus = 64
+
+Other top-level tables (`[sweep]`, `[plan]`) belong to the commands that write them and are handed
+back to the caller untouched.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlbench.errors import RlbenchError
@@ -15,7 +43,7 @@ class RunConfig:
     env: str = "CartPole-v1"
     replay: str | None = None  # None: "prioritized" for replay-loop algorithms, none for tabular ones
     compute: str = "cpu"
-    transport: str = "inproc"
+    transport: str = "shm"  # between roles; used when placement is server or in-network
     placement: str = "local"
     actors: int = 1
     num_envs: int = 1
@@ -76,3 +104,93 @@ def apply_overrides(config_cls: type, overrides: dict[str, Any]) -> Any:
             raise RlbenchError(f"hyperparameter {key} takes a {type(default).__name__}, got {value!r}")
         values[key] = value
     return config_cls(**values)
+
+
+# ------------------------------------------------------------------------------------------ run files
+FILE_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in ("hyperparameters", "options", "out"))
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML document, or one line saying why it cannot be read."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise RlbenchError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RlbenchError(f"cannot read {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RlbenchError(f"{path} is not valid TOML: {exc}") from None
+
+
+def run_fields(document: dict[str, Any], *, source: str, extra_tables: tuple[str, ...] = ()) -> dict[str, Any]:
+    """RunConfig keyword arguments from a run file's document (options still by flag name, under
+    "options"); unknown keys are refused with the close match."""
+    fields: dict[str, Any] = {}
+    for key, value in document.items():
+        if key in extra_tables:
+            continue
+        if key in ("hyperparameters", "options"):
+            if not isinstance(value, dict):
+                raise RlbenchError(f"{source}: [{key}] must be a table")
+            fields[key] = dict(value)
+        elif key in FILE_FIELDS:
+            fields[key] = value
+        else:
+            known = [*FILE_FIELDS, "hyperparameters", "options", *extra_tables]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+            raise RlbenchError(f"{source}: unknown key {key!r}{hint}")
+    return fields
+
+
+def to_toml(document: dict[str, Any]) -> str:
+    """TOML for the documents rlbench writes: scalars, arrays of scalars, nested tables; None is left out."""
+    lines: list[str] = []
+    _toml_table(document, [], lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise RlbenchError(f"cannot write {type(value).__name__} {value!r} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _toml_table(table: dict[str, Any], path: list[str], lines: list[str]) -> None:
+    scalars = {k: v for k, v in table.items() if v is not None and not isinstance(v, dict)}
+    tables = {k: v for k, v in table.items() if isinstance(v, dict)}
+    if path and (scalars or not tables):
+        lines.append("")
+        lines.append("[" + ".".join(_toml_key(p) for p in path) + "]")
+    for key, value in scalars.items():
+        lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, value in tables.items():
+        _toml_table(value, [*path, key], lines)
+
+
+def run_document(config: RunConfig, option_flags: dict[tuple[str, str], str] | None = None) -> dict[str, Any]:
+    """The run-file document of a configuration (the inverse of `run_fields`). `option_flags` maps
+    (kind, param) to a plugin option's flag, so options are written by the name users type."""
+    document = {name: getattr(config, name) for name in FILE_FIELDS}
+    if config.hyperparameters:
+        document["hyperparameters"] = dict(config.hyperparameters)
+    if config.options:
+        flags = option_flags or {}
+        document["options"] = {flags.get((kind, param), param).lstrip("-"): value
+                               for kind, values in config.options.items() for param, value in values.items()}
+    return document

@@ -76,10 +76,10 @@ def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[s
 
 def _select_loop(plan: Plan) -> Callable[[RunContext], LoopStats]:
     if plan.algorithm.capabilities.loop == "replay":
-        from rlbench.runtime.replay_loop import run_replay_loop
+        from rlbench.runtime.local import run_replay_loop
 
         return run_replay_loop
-    from rlbench.runtime.tabular_loop import run_tabular_loop
+    from rlbench.runtime.local import run_tabular_loop
 
     return run_tabular_loop
 
@@ -142,7 +142,7 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
 
 
 def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
-    from rlbench.runtime.launcher import run_distributed
+    from rlbench.runtime.distributed.launcher import run_distributed
 
     outcome = run_distributed(config, plan, hp, budget)
     actor = None

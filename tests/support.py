@@ -61,8 +61,8 @@ def replay_node_dying_at_the_end(spec, announce=None):
     report (STATS): after the run, once every other role is done."""
     import os
 
-    from rlbench.runtime import replay_node, roles
-    from rlbench.wire import Op
+    from rlbench.runtime.distributed import replay_node, roles
+    from rlbench.runtime.distributed.messages import Op
 
     def die(node, peer, request_id, arrays):
         os._exit(3)

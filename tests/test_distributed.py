@@ -20,9 +20,9 @@ from support import REPO, interrupt_when_ready
 from rlbench.config import RunConfig
 from rlbench.registry import load_object
 from rlbench.runner import run
-from rlbench.runtime.rate_limiter import RateLimiter
-from rlbench.runtime.replay_node import NodeSettings, ReplayNode
-from rlbench.wire import Op, decode, encode, read_text
+from rlbench.runtime.distributed.rate_limiter import RateLimiter
+from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
+from rlbench.runtime.distributed.messages import Op, decode, encode, read_text
 
 SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
 
@@ -245,7 +245,7 @@ def test_a_dead_learner_or_replay_node_stops_the_run_cleanly(role):
 
 
 def test_a_replay_node_lost_after_the_run_is_a_stop_reason_not_a_crash(monkeypatch):
-    from rlbench.runtime import launcher
+    from rlbench.runtime.distributed import launcher
 
     monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "replay", "support:replay_node_dying_at_the_end")
     result = run(short_config(placement="server", transport="tcp", actors=1))
@@ -294,8 +294,8 @@ def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
     # Three roles share the launcher's result pipe (64 KB); each report is 1 MB, so a role can only
     # exit while the launcher reads. Waiting must read (joining without reading never ends, and
     # terminating a role mid-write leaves half a message that hangs the next read).
-    from rlbench.runtime.launcher import LocalLauncher
-    from rlbench.runtime.roles import RoleSpec
+    from rlbench.runtime.distributed.launcher import LocalLauncher
+    from rlbench.runtime.distributed.roles import RoleSpec
 
     launcher = LocalLauncher(functions={"actor": "support:big_report_role", "learner": "support:big_report_role"})
     spec = RoleSpec(role="actor", config={}, total_steps=1 << 20)
@@ -315,7 +315,7 @@ def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
 def test_a_reply_read_by_another_call_is_kept_for_its_own():
     # An actor keeps one INSERT in flight and meanwhile fetches weights: the INSERT's reply arrives
     # while it waits for the FETCH reply, and must still be there when the actor collects it.
-    from rlbench.runtime.replay_client import ReplayClient
+    from rlbench.runtime.distributed.replay_client import ReplayClient
 
     transport, listener, node, thread = serve_in_thread("tcp")
     client = ReplayClient(transport.connect(listener.address), prioritized=False, capacity=1000)

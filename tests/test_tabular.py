@@ -181,7 +181,7 @@ def _cpu():
 
 @pytest.mark.parametrize("algo", ["qlearning", "sarsa"])
 def test_online_loop_accounts_for_every_transition(algo):
-    from rlbench.runtime.tabular_loop import run_tabular_loop
+    from rlbench.runtime.local import run_tabular_loop
 
     ctx = _context(algo, "FrozenLake-v1", 3000, num_envs=3)
     stats = run_tabular_loop(ctx)
@@ -216,7 +216,7 @@ def test_actor_explores_then_follows_the_table():
 def test_offline_sarsa_can_sweep_the_recorded_next_action_exactly():
     """offline_next_action='dataset' is the SwiftRL engine job as is: one fit_offline call."""
     from rlbench import datasets
-    from rlbench.runtime.tabular_loop import run_tabular_loop
+    from rlbench.runtime.local import run_tabular_loop
 
     ctx = _context("sarsa", "FrozenLake-v1", 0, dataset=5000, epochs=3, offline_next_action="dataset")
     stats = run_tabular_loop(ctx)
@@ -232,7 +232,7 @@ def test_offline_sarsa_can_sweep_the_recorded_next_action_exactly():
 
 def test_unknown_offline_next_action_is_refused():
     ctx = _context("sarsa", "FrozenLake-v1", 0, dataset=100, offline_next_action="behaviour")
-    from rlbench.runtime.tabular_loop import run_tabular_loop
+    from rlbench.runtime.local import run_tabular_loop
 
     with pytest.raises(RlbenchError, match="offline_next_action must be one of policy, dataset"):
         run_tabular_loop(ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlbench.wire import DTYPES, MAX_ARRAYS, Op, WireError, decode, encode
+from rlbench.runtime.distributed.messages import DTYPES, MAX_ARRAYS, Op, WireError, decode, encode
 
 
 def joined(parts) -> bytes:

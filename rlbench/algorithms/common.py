@@ -1,5 +1,5 @@
-"""Hyperparameters every replay-loop algorithm has: the runtime loop reads these, the algorithm
-file adds its own fields in a subclass."""
+"""Hyperparameters every replay-loop algorithm has (the runtime loops read these; an algorithm file adds
+its own fields in a subclass), and the schedules the local loop and the distributed roles share."""
 
 from __future__ import annotations
 
@@ -29,3 +29,9 @@ class TabularConfig:
     epsilon_end: float = 0.05
     exploration_fraction: float = 0.5
     epochs: int = 10  # offline: sweeps over the dataset
+
+
+def beta_at(hp, step: int, total_steps: int) -> float:
+    """Importance-sampling exponent, annealed linearly over the run (Schaul et al.)."""
+    fraction = min(1.0, step / max(1, total_steps))
+    return hp.per_beta_start + fraction * (hp.per_beta_end - hp.per_beta_start)

@@ -38,8 +38,8 @@ def _transitions(n: int, seed: int = 0) -> dict[str, Any]:
 def _node_main(transport: str, options: dict[str, Any], placement: str, addresses: Any) -> None:
     """A replay node that never rate-limits (the benchmark measures access, not the algorithm)."""
     import rlbench
-    from rlbench.runtime.rate_limiter import RateLimiter
-    from rlbench.runtime.replay_node import NodeSettings, ReplayNode
+    from rlbench.runtime.distributed.rate_limiter import RateLimiter
+    from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
 
     registry = rlbench.get_registry()
     listener = registry.get("transport", transport).create(**options).listen(None)
@@ -60,8 +60,8 @@ class _Node:
         import numpy as np
 
         import rlbench
-        from rlbench.runtime.replay_client import ReplayClient
-        from rlbench.wire import Op
+        from rlbench.runtime.distributed.replay_client import ReplayClient
+        from rlbench.runtime.distributed.messages import Op
 
         context = multiprocessing.get_context("spawn")
         addresses = context.Queue()
@@ -75,7 +75,7 @@ class _Node:
         self.client.call(Op.HELLO, {"role": np.frombuffer(role.encode(), dtype=np.uint8)})
 
     def close(self) -> None:
-        from rlbench.wire import Op
+        from rlbench.runtime.distributed.messages import Op
 
         try:
             self.client.call(Op.SHUTDOWN)
@@ -138,7 +138,7 @@ def _learner(node: _Node, placement: str, seconds: float) -> dict[str, Any]:
     """Sample, 'learn' for LEARNER_STEP_US, send priorities back; time only the wait for a batch."""
     import numpy as np
 
-    from rlbench.wire import Op
+    from rlbench.runtime.distributed.messages import Op
 
     client = node.client
     client.add(_transitions(4096, seed=3))

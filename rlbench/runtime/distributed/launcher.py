@@ -23,14 +23,14 @@ from rlbench.errors import RlbenchError
 from rlbench.metrics import Histogram, Recorder
 from rlbench.registry import load_object
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
-from rlbench.runtime.replay_client import ReplayClient
-from rlbench.runtime.roles import REQUEST_TIMEOUT_S, RoleSpec
-from rlbench.wire import Op, read_json
+from rlbench.runtime.distributed.replay_client import ReplayClient
+from rlbench.runtime.distributed.roles import REQUEST_TIMEOUT_S, RoleSpec
+from rlbench.runtime.distributed.messages import Op, read_json
 
 ROLE_FUNCTIONS = {
-    "replay": "rlbench.runtime.roles:replay_node_main",
-    "learner": "rlbench.runtime.roles:learner_main",
-    "actor": "rlbench.runtime.roles:actor_main",
+    "replay": "rlbench.runtime.distributed.roles:replay_node_main",
+    "learner": "rlbench.runtime.distributed.roles:learner_main",
+    "actor": "rlbench.runtime.distributed.roles:actor_main",
 }
 POLL_S = 0.25
 GRACE_S = 10.0  # after the stop signal, how long roles get to finish before they are terminated

@@ -17,7 +17,7 @@ import numpy as np
 from rlbench.errors import RlbenchError
 from rlbench.metrics import Recorder
 from rlbench.protocols import ReplayCapabilities, Sample
-from rlbench.wire import Op, decode, encode, read_text
+from rlbench.runtime.distributed.messages import Op, decode, encode, read_text
 
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
 # "finished" (the run is over) must not share a name with a transition field: a BATCH carries both.

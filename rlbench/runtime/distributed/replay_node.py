@@ -21,8 +21,8 @@ import numpy as np
 
 from rlbench.arrays import to_host
 from rlbench.metrics import Recorder
-from rlbench.runtime.rate_limiter import RateLimiter
-from rlbench.wire import Op, WireError, decode, encode, json_array, read_json, read_text, text
+from rlbench.runtime.distributed.rate_limiter import RateLimiter
+from rlbench.runtime.distributed.messages import Op, WireError, decode, encode, json_array, read_json, read_text, text
 
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
 IDLE_POLL_S = 0.02

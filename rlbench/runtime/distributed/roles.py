@@ -18,11 +18,11 @@ from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.metrics import Recorder
 from rlbench.plugins import get_registry
-from rlbench.runtime.rate_limiter import RateLimiter
-from rlbench.runtime.replay_client import ReplayClient
-from rlbench.runtime.replay_node import NodeSettings, ReplayNode
-from rlbench.runtime.replay_loop import beta_at
-from rlbench.wire import Op, json_array, text
+from rlbench.runtime.distributed.rate_limiter import RateLimiter
+from rlbench.runtime.distributed.replay_client import ReplayClient
+from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
+from rlbench.algorithms.common import beta_at
+from rlbench.runtime.distributed.messages import Op, json_array, text
 
 ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a round trip and the node's work)
 PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
