@@ -156,27 +156,52 @@ def _parse_hyperparameters(values: tuple[str, ...]) -> dict[str, Any]:
     return parsed
 
 
+EXIT_COMPLETE, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    """0 complete; 128 + the signal when a signal stopped it (130 for Ctrl-C, 143 for SIGTERM);
+    1 when it stopped early for any other reason (a role failed, the replay node was lost)."""
+    if result["status"] == "complete":
+        return EXIT_COMPLETE
+    return 128 + result["stop_signal"] if result.get("stop_signal") else EXIT_FAILED
+
+
+RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "actors", "num_envs", "steps", "seconds",
+              "seed", "dataset", "behaviour", "eval_episodes", "on_actor_failure")
+
+
 def _run_command() -> click.Command:
-    """`run`, with the options plugins contributed for their components."""
+    """`run`, with the options plugins contributed for their components. Defaults are RunConfig's."""
+    from rlbench.config import RunConfig
+
+    default = RunConfig()
     params = [
-        click.Option(["--algo"], default="dqn", show_default=True, help="Algorithm."),
-        click.Option(["--env"], default="CartPole-v1", show_default=True, help="Environment id."),
-        click.Option(["--replay"], default=None, help="Replay memory [default: prioritized for replay-based algorithms]."),
-        click.Option(["--compute"], default="cpu", show_default=True, help="Compute backend."),
-        click.Option(["--transport"], default="shm", show_default=True, help="Transport between roles (not for --placement local)."),
+        click.Option(["--config", "config_file"], type=click.Path(dir_okay=False), default=None,
+                     help="Read the run from a TOML run file; options given here override it."),
+        click.Option(["--plan", "plan_file"], type=click.Path(dir_okay=False), default=None,
+                     help="Run the plan `rlbench plan` wrote (a run file), unchanged."),
+        click.Option(["--algo"], default=default.algo, show_default=True, help="Algorithm."),
+        click.Option(["--env"], default=default.env, show_default=True, help="Environment id."),
+        click.Option(["--replay"], default=default.replay, help="Replay memory [default: prioritized for replay-based algorithms]."),
+        click.Option(["--compute"], default=default.compute, show_default=True, help="Compute backend."),
+        click.Option(["--transport"], default=default.transport, show_default=True,
+                     help="Transport between roles (not for --placement local)."),
         click.Option(["--placement"], type=click.Choice(PLACEMENTS), default=None,
                      help="Where the replay memory lives [default: server when --transport is given, else local]."),
-        click.Option(["--actors"], type=int, default=1, show_default=True, help="Actor processes."),
-        click.Option(["--num-envs"], type=int, default=1, show_default=True, help="Environments per actor."),
-        click.Option(["--steps"], type=int, default=None, help="Env-step budget [default: the algorithm's]."),
-        click.Option(["--seconds"], type=float, default=None, help="Wall-clock budget."),
-        click.Option(["--seed"], type=int, default=0, show_default=True),
-        click.Option(["--dataset"], type=int, default=None, help="Learn offline from a dataset of N transitions (tabular)."),
-        click.Option(["--behaviour"], type=click.Choice(["random", "epsilon-greedy"]), default="random", show_default=True,
-                     help="Behaviour policy that collects the --dataset."),
-        click.Option(["--eval-episodes"], type=int, default=10, show_default=True, help="Greedy episodes after training."),
-        click.Option(["--on-actor-failure"], type=click.Choice(["continue", "stop"]), default="continue", show_default=True,
-                     help="Distributed runs: go on with the other actors, or stop the run."),
+        click.Option(["--actors"], type=int, default=default.actors, show_default=True, help="Actor processes."),
+        click.Option(["--num-envs"], type=int, default=default.num_envs, show_default=True, help="Environments per actor."),
+        click.Option(["--steps"], type=int, default=default.steps, help="Env-step budget [default: the algorithm's]."),
+        click.Option(["--seconds"], type=float, default=default.seconds, help="Wall-clock budget."),
+        click.Option(["--seed"], type=int, default=default.seed, show_default=True),
+        click.Option(["--dataset"], type=int, default=default.dataset,
+                     help="Learn offline from a dataset of N transitions (tabular)."),
+        click.Option(["--behaviour"], type=click.Choice(["random", "epsilon-greedy"]), default=default.behaviour,
+                     show_default=True, help="Behaviour policy that collects the --dataset."),
+        click.Option(["--eval-episodes"], type=int, default=default.eval_episodes, show_default=True,
+                     help="Greedy episodes after training."),
+        click.Option(["--on-actor-failure"], type=click.Choice(["continue", "stop"]), default=default.on_actor_failure,
+                     show_default=True, help="Distributed runs: go on with the other actors, or stop the run."),
         click.Option(["--hp"], multiple=True, metavar="KEY=VALUE", help="Override a hyperparameter (repeatable)."),
         click.Option(["--out"], default="results", show_default=True, help="Directory (or .json path) for the result."),
         click.Option(["--no-out"], is_flag=True, help="Do not write a result file."),
@@ -192,41 +217,58 @@ def _run_command() -> click.Command:
                                         + (f"; default: {option.default}" if option.default is not None else "") + "]"))
 
     def callback(**kw: Any) -> None:
-        from rlbench.config import RunConfig
         from rlbench.results import render
         from rlbench.runner import run
 
-        named_transport = click.get_current_context().get_parameter_source("transport") == ParameterSource.COMMANDLINE
-        if kw["placement"] is None:  # naming a transport asks for roles that talk over it
-            kw["placement"] = "server" if named_transport else "local"
-        elif kw["placement"] == "local" and named_transport:
-            raise click.UsageError(f"--transport {kw['transport']} has no effect with --placement local (the replay "
-                                   f"memory is inside the learner's process); use --placement server or in-network")
-        options: dict[str, dict[str, Any]] = {}
-        for name, option in plugin_options.items():
-            value = kw.pop(name)
-            if value is not None:
-                options.setdefault(option.kind, {})[option.param] = value
-        config = RunConfig(algo=kw["algo"], env=kw["env"], replay=kw["replay"], compute=kw["compute"],
-                           transport=kw["transport"], placement=kw["placement"], actors=kw["actors"],
-                           num_envs=kw["num_envs"], steps=kw["steps"], seconds=kw["seconds"], seed=kw["seed"],
-                           dataset=kw["dataset"], behaviour=kw["behaviour"], eval_episodes=kw["eval_episodes"],
-                           on_actor_failure=kw["on_actor_failure"],
-                           hyperparameters=_parse_hyperparameters(kw["hp"]), options=options,
-                           out=None if kw["no_out"] else kw["out"])
+        config = _assemble_run(kw, plugin_options)
         result = run(config, progress=_Progress())
         if kw["as_json"]:
             _emit_json(result)
         else:
             click.echo(render(result))
-        if result["status"] != "complete":
-            sys.exit(130)
+        sys.exit(exit_code(result))
 
     return click.Command("run", params=params, callback=callback, context_settings=CONTEXT,
-                         help="Train one configuration and record it. Ctrl-C stops cleanly and still writes "
-                              "the result, marked incomplete.")
+                         help="Train one configuration and record it. Ctrl-C, SIGTERM and SIGHUP stop it in order "
+                              "and still write the result, marked incomplete. Exit status: 0 complete, 1 stopped "
+                              "early (a role failed), 2 refused before it started, 128+N stopped by signal N "
+                              "(130 Ctrl-C, 143 SIGTERM).")
 
 
+def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
+    """The RunConfig of `rlbench run`: a run file's values (--config or --plan), then the options
+    given on the command line over them."""
+    from rlbench.config import RunConfig, read_toml, run_fields
+    from rlbench.validate import options_from_flags
+
+    ctx = click.get_current_context()
+    given = {name for name in kw if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    if kw["config_file"] and kw["plan_file"]:
+        raise click.UsageError("give --config or --plan, not both (a plan is a run file)")
+    source = kw["config_file"] or kw["plan_file"]
+    fields: dict[str, Any] = {name: kw[name] for name in RUN_FIELDS}
+    hyperparameters: dict[str, Any] = {}
+    flags: dict[str, Any] = {}
+    from_file: set[str] = set()
+    if source:
+        document = run_fields(read_toml(source), source=source, extra_tables=("plan", "sweep"))
+        hyperparameters = document.pop("hyperparameters", {})
+        flags = document.pop("options", {})
+        from_file = {name for name in document if name not in given}
+        fields.update({name: document[name] for name in from_file})
+    hyperparameters.update(_parse_hyperparameters(kw["hp"]))
+    for name, option in plugin_options.items():
+        if kw[name] is not None:
+            flags[option.flag] = kw[name]
+    named_transport = "transport" in given or "transport" in from_file
+    if fields["placement"] is None:  # naming a transport asks for roles that talk over it
+        fields["placement"] = "server" if named_transport else "local"
+    elif fields["placement"] == "local" and named_transport:
+        raise click.UsageError(f"--transport {fields['transport']} has no effect with --placement local (the replay "
+                               f"memory is inside the learner's process); use --placement server or in-network")
+    config = RunConfig(**fields, hyperparameters=hyperparameters, out=None if kw["no_out"] else kw["out"])
+    config.options = options_from_flags(flags, config, _registry())
+    return config
 
 
 # --------------------------------------------------------------------------------------------- bench

@@ -92,10 +92,16 @@ def apply_overrides(config_cls: type, overrides: dict[str, Any]) -> Any:
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(names))}"
             raise RlbenchError(f"unknown hyperparameter {key!r} for {config_cls.__name__}{hint}")
         default = getattr(config_cls, key, None) if not isinstance(names[key].default, dataclasses._MISSING_TYPE) else None
-        if isinstance(default, tuple) and isinstance(value, list):
-            value = tuple(value)
-        elif isinstance(default, tuple) and not isinstance(value, (list, tuple)):
-            value = (value,)
+        if isinstance(default, tuple):
+            value = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+            element = type(default[0]) if default else None
+            for item in value:  # each element as the default's elements: (128, 128) takes ints only
+                if element is not None and not (isinstance(item, element) and not isinstance(item, bool)
+                                                or element is float and isinstance(item, int) and not isinstance(item, bool)):
+                    raise RlbenchError(f"hyperparameter {key} takes a list of {element.__name__}, got {item!r} in "
+                                       f"{','.join(map(str, value))}")
+            if element is float:
+                value = tuple(float(item) for item in value)
         elif isinstance(default, bool) and not isinstance(value, bool):
             raise RlbenchError(f"hyperparameter {key} takes true or false, got {value!r}")
         elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):

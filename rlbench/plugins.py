@@ -33,6 +33,10 @@ REGISTER_HOOKS = {
 }
 assert set(REGISTER_HOOKS) == set(KINDS)
 
+# What a plugin may raise at import or in a hook without taking rlbench down: anything but Ctrl-C
+# (a plugin that calls sys.exit is broken, not a reason to exit).
+PLUGIN_FAILURES = (Exception, SystemExit)
+
 _registry: Registry | None = None
 _manager: pluggy.PluginManager | None = None
 
@@ -45,7 +49,7 @@ def disabled_plugins() -> set[str]:
 def _error_line(exc: BaseException) -> str:
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    return " ".join(f"{type(exc).__name__}: {exc}{where}".split())
 
 
 def build(extra_plugins: Iterable[tuple[str, Any]] = (), *, load_entry_points: bool = True,
@@ -67,7 +71,7 @@ def build(extra_plugins: Iterable[tuple[str, Any]] = (), *, load_entry_points: b
                 continue
             try:
                 candidates.append((ep.name, ep.load()))
-            except Exception as exc:  # a broken third-party plugin must not break rlbench
+            except PLUGIN_FAILURES as exc:  # a broken third-party plugin must not break rlbench
                 registry.broken.append(BrokenPlugin(ep.name, f"import failed: {_error_line(exc)}"))
     candidates.extend((name, obj) for name, obj in extra_plugins if name not in disable)
 
@@ -75,7 +79,7 @@ def build(extra_plugins: Iterable[tuple[str, Any]] = (), *, load_entry_points: b
         try:
             manager.register(plugin, name=name)
             registry.plugins.append(name)
-        except Exception as exc:
+        except PLUGIN_FAILURES as exc:
             registry.broken.append(BrokenPlugin(name, f"registration failed: {_error_line(exc)}"))
 
     for kind, hook_name in REGISTER_HOOKS.items():
@@ -105,7 +109,7 @@ def _call_register_hook(registry: Registry, impl: Any, kind: str) -> None:
 
     try:
         impl.function(register=register)
-    except Exception as exc:
+    except PLUGIN_FAILURES as exc:
         _mark_broken(registry, plugin_name, f"{REGISTER_HOOKS[kind]} failed: {_error_line(exc)}")
 
 
@@ -124,7 +128,7 @@ def _call_option_hook(registry: Registry, impl: Any) -> None:
 
     try:
         impl.function(option=option)
-    except Exception as exc:
+    except PLUGIN_FAILURES as exc:
         _mark_broken(registry, plugin_name, f"rlbench_register_run_options failed: {_error_line(exc)}")
 
 
@@ -149,7 +153,7 @@ def call_hook_safely(hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
     for impl in getattr(get_manager().hook, hook_name).get_hookimpls():
         try:
             results.append((impl.plugin_name, impl.function(**kwargs)))
-        except Exception as exc:
+        except PLUGIN_FAILURES as exc:
             results.append((impl.plugin_name, {"error": _error_line(exc)}))
     return results
 

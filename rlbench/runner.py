@@ -29,9 +29,14 @@ from rlbench.validate import Plan, validate, validate_hyperparameters
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
 
 
+STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM",
+                signal.SIGHUP: "stopped by SIGHUP"}  # schedulers (Slurm, Kubernetes, Ray) stop jobs with SIGTERM
+
+
 @contextmanager
-def _first_ctrl_c_stops(budget: Budget) -> Iterator[None]:
-    """The first Ctrl-C asks the loop to stop at its next step; a second one interrupts at once."""
+def _signals_stop(budget: Budget) -> Iterator[None]:
+    """The first Ctrl-C, SIGTERM or SIGHUP asks the run to stop in order (its result is still written,
+    marked incomplete with the signal named); a second one interrupts at once."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -39,13 +44,15 @@ def _first_ctrl_c_stops(budget: Budget) -> Iterator[None]:
     def handler(signum, frame):
         if budget.interrupted:
             raise KeyboardInterrupt
-        budget.interrupted = True
+        budget.interrupted = STOP_SIGNALS[signum]
+        budget.stop_signal = signum
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[str, Any]:
@@ -100,7 +107,7 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     total_steps = config.steps if config.steps is not None else hp.total_steps
     budget = Budget(total_steps=total_steps, seconds=config.seconds,
                     on_progress=(lambda step: progress(step, total_steps)) if progress else None)
-    with _first_ctrl_c_stops(budget):  # from here on, Ctrl-C ends the run with a result
+    with _signals_stop(budget):  # from here on, a stop signal ends the run with a result
         return _build_and_run(config, plan, algorithm, hp, budget, progress)
 
 
@@ -132,7 +139,7 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
     try:
         stats = _select_loop(plan)(ctx)
     except KeyboardInterrupt:
-        budget.interrupted = True
+        budget.interrupted = budget.interrupted or STOP_SIGNALS[signal.SIGINT]
         stats.env_steps = ctx.accounting.produced
     finally:
         env.close()
@@ -171,7 +178,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     stats = trained.stats
     status, reason = "complete", None
     if budget.interrupted:
-        status, reason = "incomplete", "interrupted (Ctrl-C)"
+        status, reason = "incomplete", budget.interrupted
     elif trained.stop_reason:
         status, reason = "incomplete", trained.stop_reason
     wall = time.perf_counter() - t0
@@ -196,6 +203,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         "rlbench_version": rlbench.__version__,
         "status": status,
         "status_reason": reason,
+        "stop_signal": budget.stop_signal or None,
         "notes": notes,
         "config": resolved,
         "hyperparameters": dataclasses.asdict(hp),

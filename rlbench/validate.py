@@ -119,17 +119,57 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
     return plan
 
 
+def selected_names(config: RunConfig) -> dict[str, str | None]:
+    """The component name a configuration selects for each kind (the replay default included)."""
+    return {"algorithm": config.algo, "environment": config.env, "compute": config.compute,
+            "replay": config.replay or DEFAULT_REPLAY, "transport": config.transport}
+
+
+def options_from_flags(values: dict[str, Any], config: RunConfig, registry: Registry) -> dict[str, dict[str, Any]]:
+    """Plugins' run options given by flag (`--dpus`, or `dpus` in a run file) as RunConfig.options
+    ({kind: {param: value}}). A flag belongs to one component: it is refused when the run selects
+    another, even where two components name their parameter alike."""
+    options: dict[str, dict[str, Any]] = {}
+    names = selected_names(config)
+    for flag, value in values.items():
+        option = _option_for(flag, registry)
+        chosen = names.get(option.kind)
+        if chosen is None or registry.get(option.kind, chosen).name != option.component:
+            raise InvalidCombinationError(f"{option.flag} applies to {option.kind} {option.component}, "
+                                          "which this run does not use")
+        options.setdefault(option.kind, {})[option.param] = value
+    return options
+
+
+def _option_for(flag: str, registry: Registry) -> Any:
+    wanted = "--" + flag.lstrip("-")
+    for option in registry.run_options:
+        if option.flag == wanted:
+            return option
+    import difflib
+
+    flags = [o.flag for o in registry.run_options]
+    close = difflib.get_close_matches(wanted, flags, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; plugins' options: {', '.join(flags) or 'none'}"
+    raise InvalidCombinationError(f"unknown run option {wanted}{hint}")
+
+
 def _check_options(config: RunConfig, registry: Registry, plan: Plan) -> None:
-    """Plugin options are only accepted for the component they belong to."""
+    """Plugin options are only accepted for the component they belong to (matched by kind, the
+    selected component and the parameter, so two components may name a parameter alike)."""
     selected = plan.selected()
     for kind, values in config.options.items():
+        chosen = selected.get(kind)
         for param in values:
-            owner = next((o for o in registry.run_options if o.kind == kind and o.param == param), None)
-            chosen = selected.get(kind)
-            if owner is None or chosen is None or owner.component != chosen.name:
-                flag = owner.flag if owner else param
-                wanted = f"{owner.kind} {owner.component}" if owner else kind
-                raise InvalidCombinationError(f"{flag} applies to {wanted}, which this run does not use")
+            owner = next((o for o in registry.run_options if o.kind == kind and o.param == param
+                          and chosen is not None and o.component == chosen.name), None)
+            if owner is None:
+                others = [o for o in registry.run_options if o.kind == kind and o.param == param]
+                if others:
+                    raise InvalidCombinationError(" and ".join(o.flag for o in others) + " apply to "
+                                                  + " and ".join(f"{o.kind} {o.component}" for o in others)
+                                                  + ", which this run does not use")
+                raise InvalidCombinationError(f"{kind} {chosen.name if chosen else '-'} takes no option {param!r}")
             plan.options.setdefault(kind, {})[param] = values[param]
 
 

@@ -1,6 +1,7 @@
 """Helpers shared by the core tests (on sys.path through pytest's `pythonpath`)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -64,8 +65,64 @@ def replay_node_dying_at_the_end(spec, announce=None):
     from rlbench.runtime.distributed import replay_node, roles
     from rlbench.runtime.distributed.messages import Op
 
-    def die(node, peer, request_id, arrays):
+    def die(node, peer_id, peer, request_id, arrays):
         os._exit(3)
 
     replay_node.ReplayNode._handlers = {**replay_node.ReplayNode._handlers, Op.STATS: die}
     return roles.replay_node_main(spec, announce)
+
+
+# ------------------------------------------------------------------------------ a node in a thread
+SECRET = b"s" * 32
+
+
+def valid_insert(n=8):
+    import numpy as np
+
+    return {"obs": np.ones((n, 4), np.float32), "action": np.zeros(n, np.int64), "reward": np.ones(n, np.float32),
+            "next_obs": np.ones((n, 4), np.float32), "done": np.zeros(n, np.float32), "produced": np.int64(n)}
+
+
+class _Served:
+    """A replay node serving a uniform memory in a thread, over a built-in transport."""
+
+    def __init__(self, transport_name, secret, capacity, **settings):
+        import threading
+
+        from rlbench import get_registry
+        from rlbench.runtime.distributed.rate_limiter import RateLimiter
+        from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
+
+        registry = get_registry()
+        self.transport = registry.get("transport", transport_name).create()
+        self.listener = self.transport.listen(None)
+        memory = registry.get("replay", "uniform").create(capacity=capacity, alpha=0.6, seed=0)
+        options = dict(placement="server", total_steps=10**9, batch_size=4, max_message_bytes=1 << 20, secret=secret)
+        options.update(settings)
+        self.node = ReplayNode(self.listener, memory, RateLimiter(1.0, 1, 1e9), NodeSettings(**options),
+                               prioritized=False)
+        self.node.serving = lambda: self.thread.is_alive()
+        self.thread = threading.Thread(target=self.node.serve, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        from rlbench.runtime.distributed.channel import Channel
+        from rlbench.runtime.distributed.messages import Op
+
+        control = Channel(self.transport.connect(self.listener.address), timeout=10)
+        control.authenticate("launcher", 0, self.node.settings.secret)
+        control.request(Op.SHUTDOWN)
+        self.thread.join(timeout=10)
+        control.close()
+        self.listener.close()
+        assert not self.thread.is_alive(), "the replay node did not stop"
+
+
+@contextlib.contextmanager
+def served(transport_name, secret=SECRET, capacity=1000, **settings):
+    """(transport, listener, node) of a replay node serving in a thread; stopped afterwards."""
+    server = _Served(transport_name, secret, capacity, **settings)
+    try:
+        yield server.transport, server.listener, server.node
+    finally:
+        server.stop()

@@ -41,6 +41,10 @@ def test_info_is_a_fingerprint():
     (["run", "--hp", "lr"], "'lr' is not KEY=VALUE"),
     (["run", "--hp", "learning_rat=0.1"], "unknown hyperparameter 'learning_rat'"),
     (["run", "--hp", "learning_starts=60000"], "learning_starts (60,000) exceeds buffer_size (50,000)"),
+    (["run", "--hp", "hidden_sizes=a,b"], "hidden_sizes takes a list of int, got 'a'"),
+    (["run", "--hp", "hidden_sizes=64,2.5"], "hidden_sizes takes a list of int, got 2.5"),
+    (["run", "--config", "no-such-run.toml"], "no such file: no-such-run.toml"),
+    (["run", "--config", "a.toml", "--plan", "b.toml"], "give --config or --plan, not both"),
     (["run", "--algo", "sarsa", "--env", "Taxi-v3", "--replay", "uniform"], "drop --replay uniform"),
     (["show", "no-such-result.json"], "no such result file"),
     (["lst"], "did you mean 'list'?"),
@@ -72,7 +76,26 @@ def test_show_refuses_a_file_that_is_not_a_result(tmp_path):
 def test_import_and_list_do_not_import_heavy_modules():
     probe = ("import sys, rlbench, rlbench.cli; from rlbench.plugins import get_registry; "
              "r = get_registry(); [c.probe() for c in r.components()]; "
-             "heavy = [m for m in ('torch', 'pyopencl', 'rlbench_dpdk._shim') if m in sys.modules]; print(heavy)")
+             "heavy = [m for m in ('torch', 'pyopencl', 'rlbench_dpdk._native', 'ray', 'numba', 'matplotlib', 'scipy') if m in sys.modules]; print(heavy)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_run_file_holds_the_run_and_flags_override_it(tmp_path):
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('algo = "qlearning"\nenv = "FrozenLake-v1"\nsteps = 800\nseed = 1\neval_episodes = 1\n'
+                        '[hyperparameters]\nalpha = 0.2\n')
+    result = run_cli("run", "--config", str(run_file), "--seed", "3", "--hp", "gamma=0.9", "--no-out", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["config"]["algo"] == "qlearning" and document["config"]["total_steps"] == 800
+    assert document["config"]["seed"] == 3  # the flag wins over the file
+    assert document["hyperparameters"]["alpha"] == 0.2 and document["hyperparameters"]["gamma"] == 0.9
+
+
+def test_a_run_file_with_an_unknown_key_is_refused_with_the_close_match(tmp_path):
+    run_file = tmp_path / "run.toml"
+    run_file.write_text('algo = "dqn"\nstep = 800\n')
+    result = run_cli("run", "--config", str(run_file), "--no-out")
+    assert result.returncode == 2 and "unknown key 'step'; did you mean 'steps'?" in result.stderr

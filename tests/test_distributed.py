@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import REPO, interrupt_when_ready
+from support import REPO, SECRET, interrupt_when_ready, served, valid_insert
 from rlbench.config import RunConfig
-from rlbench.registry import load_object
 from rlbench.runner import run
+from rlbench.runtime.distributed.channel import Channel, RemoteError
+from rlbench.runtime.distributed.messages import Op, decode, encode, joined, read_text
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
-from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
-from rlbench.runtime.distributed.messages import Op, decode, encode, read_text
 
 SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
 
@@ -133,30 +132,12 @@ def test_rate_limiter_holds_the_samples_per_insert_ratio():
 
 
 # ------------------------------------------------------------------------ a node under bad input
-def serve_in_thread(transport_name: str):
-    from rlbench.builtin.replay import UniformReplay
-
-    transport = load_object(f"rlbench.builtin.transports.{transport_name}:{transport_name.capitalize()}Transport")()
-    listener = transport.listen(None)
-    memory = UniformReplay(1000, seed=0)
-    node = ReplayNode(listener, memory, RateLimiter(1.0, 1, 1e9),
-                      NodeSettings(placement="server", total_steps=10**9, batch_size=4, max_message_bytes=1 << 20))
-    thread = threading.Thread(target=node.serve, daemon=True)
-    thread.start()
-    return transport, listener, node, thread
-
-
-def valid_insert(n=8):
-    return {"obs": np.ones((n, 4), np.float32), "action": np.zeros(n, np.int64), "reward": np.ones(n, np.float32),
-            "next_obs": np.ones((n, 4), np.float32), "done": np.zeros(n, np.float32), "produced": np.int64(n)}
-
-
+# (the node's defences in depth are in test_hardening.py; these are the basics)
 @pytest.mark.parametrize("transport_name", ["tcp", "inproc"])
 def test_malformed_messages_get_errors_and_the_node_keeps_serving(transport_name):
-    transport, listener, node, thread = serve_in_thread(transport_name)
-    conn = transport.connect(listener.address)
-    try:
-        good = b"".join(bytes(memoryview(p).cast("B")) for p in encode(Op.INSERT, valid_insert(), 5))
+    with served(transport_name) as (transport, listener, node):
+        conn = transport.connect(listener.address)
+        good = joined(encode(Op.INSERT, valid_insert(), 5))
         bad_messages = {
             "garbage": b"hello, replay node",
             "truncated": good[: len(good) // 2],
@@ -168,47 +149,40 @@ def test_malformed_messages_get_errors_and_the_node_keeps_serving(transport_name
             op, _, arrays = decode(conn.request(message, timeout=10))
             assert op == Op.ERROR, label
             assert read_text(arrays["message"]), label
-        # well-formed but semantically wrong: an INSERT without its fields, a SAMPLE with batch 0
-        op, _, arrays = decode(conn.request(*encode(Op.INSERT, {"obs": np.ones((2, 4), np.float32)}, 6), timeout=10))
-        assert op == Op.ERROR and "lacks" in read_text(arrays["message"])
-        op, _, arrays = decode(conn.request(*encode(Op.SAMPLE, {"batch_size": np.int64(0), "beta": np.float64(0.4)}, 7), timeout=10))
-        assert op == Op.ERROR and "batch_size" in read_text(arrays["message"])
+        channel = Channel(conn)
+        channel.authenticate("actor", 0, SECRET)
+        # well-formed but wrong: an INSERT without its fields, a SAMPLE from an actor
+        with pytest.raises(RemoteError, match="INSERT lacks action"):
+            channel.request(Op.INSERT, {"obs": np.ones((2, 4), np.float32), "produced": np.int64(2)})
+        with pytest.raises(RemoteError, match="does not accept SAMPLE from a actor"):
+            channel.request(Op.SAMPLE, {"batch_size": np.int64(4), "beta": np.float64(0.4)})
         # and it still serves
-        op, request_id, arrays = decode(conn.request(*encode(Op.INSERT, valid_insert(), 8), timeout=10))
-        assert op == Op.OK and request_id == 8 and int(arrays["stored"]) == 8
-        op, _, arrays = decode(conn.request(*encode(Op.SAMPLE, {"batch_size": np.int64(4), "beta": np.float64(0.4)}, 9), timeout=10))
-        assert op == Op.BATCH and arrays["obs"].shape == (4, 4)
+        op, reply = channel.request(Op.INSERT, valid_insert())
+        assert op == Op.INSERTED and int(reply["produced"]) == 8
         # a retried INSERT (same request id) is not stored twice
-        decode(conn.request(*encode(Op.INSERT, valid_insert(), 8), timeout=10))
+        conn.send(*encode(Op.INSERT, valid_insert(), channel._next_id - 1))
+        assert decode(conn.recv(timeout=10))[0] == Op.INSERTED
         counters = node.recorder.counters
-        assert counters["malformed"] == 5 and counters["rejected_requests"] == 2 and counters["duplicate_inserts"] == 1
-        assert node.state.stored == 8
-    finally:
-        conn.request(*encode(Op.SHUTDOWN, {}, 99), timeout=10)
-        thread.join(timeout=10)
+        assert counters["malformed"] == 6 and "rejected_requests" not in counters and counters["forbidden"] == 1
+        assert counters["duplicate_inserts"] == 1 and node.state.stored == 8
         conn.close()
-        listener.close()
-    assert not thread.is_alive()
 
 
 def test_fuzzed_messages_never_stop_the_node():
-    transport, listener, node, thread = serve_in_thread("inproc")
-    conn = transport.connect(listener.address)
-    good = bytearray(b"".join(bytes(memoryview(p).cast("B")) for p in encode(Op.INSERT, valid_insert(), 5)))
-    rng = np.random.default_rng(0)
-    try:
+    with served("inproc") as (transport, listener, node):
+        conn = transport.connect(listener.address)
+        channel = Channel(conn)
+        channel.authenticate("actor", 0, SECRET)
+        good = bytearray(joined(encode(Op.INSERT, valid_insert(), 5)))
+        rng = np.random.default_rng(0)
         for i in range(300):
             message = bytearray(good)
             for position in rng.integers(4, len(message), size=rng.integers(1, 6)):  # the op byte stays: no SHUTDOWN
                 message[position] = rng.integers(0, 256)
             reply = conn.request(bytes(message), timeout=10)
-            assert decode(reply)[0] in (Op.OK, Op.ERROR)
-        assert thread.is_alive()
-    finally:
-        conn.request(*encode(Op.SHUTDOWN, {}, 99), timeout=10)
-        thread.join(timeout=10)
+            assert decode(reply)[0] in (Op.INSERTED, Op.ERROR)
+        assert node.serving()
         conn.close()
-        listener.close()
 
 
 # ------------------------------------------------------------------------------------- faults
@@ -317,17 +291,13 @@ def test_a_reply_read_by_another_call_is_kept_for_its_own():
     # while it waits for the FETCH reply, and must still be there when the actor collects it.
     from rlbench.runtime.distributed.replay_client import ReplayClient
 
-    transport, listener, node, thread = serve_in_thread("tcp")
-    client = ReplayClient(transport.connect(listener.address), prioritized=False, capacity=1000)
-    try:
-        pending = client.add_begin({k: v for k, v in valid_insert().items() if k != "produced"})
+    with served("tcp") as (transport, listener, node):
+        channel = Channel(transport.connect(listener.address))
+        channel.authenticate("actor", 0, SECRET)
+        client = ReplayClient(channel)
+        pending = client.add_begin({k: v for k, v in valid_insert().items() if k != "produced"}, produced=8)
         time.sleep(0.2)  # the INSERT's reply is waiting in the socket before the FETCH is sent
-        op, _ = client.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
-        assert op == Op.OK
+        assert client.fetch_params(-1) is None  # nothing published yet
         client.add_finish(pending)  # answered at once, from the kept reply
-        assert client.status["stored"] == 8 and client.recorder.counters.get("stale_replies", 0) == 0
-    finally:
-        client.call(Op.SHUTDOWN)
-        thread.join(timeout=10)
-        client.connection.close()
-        listener.close()
+        assert client.feedback["produced"] == 8 and channel.recorder.counters.get("stale_replies", 0) == 0
+        channel.close()

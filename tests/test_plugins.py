@@ -156,3 +156,54 @@ def test_plugin_run_option_reaches_only_its_component(plugin_dir):
 
 def test_rlbench_error_is_an_exception_users_can_catch():
     assert issubclass(UnknownComponentError, RlbenchError)
+
+
+TWO_CHAIN_PLUGIN = """
+import functools
+from rlbench.hookspecs import hookimpl
+from rlbench.protocols import EnvironmentCapabilities
+
+CAPS = EnvironmentCapabilities(action_space="discrete", observation_space="discrete")
+
+@hookimpl
+def rlbench_register_environments(register):
+    register("chain", functools.partial(make, "chain"), capabilities=CAPS)
+    register("onehot-chain", functools.partial(make, "onehot-chain"), capabilities=CAPS)
+
+@hookimpl
+def rlbench_register_run_options(option):
+    option("environment", "chain", "--chain-length", "length", type=int)
+    option("environment", "onehot-chain", "--onehot-chain-length", "length", type=int)
+
+def make(name, num_envs=1, *, seed=None, length=4):
+    raise SystemExit(f"built {name} with length {length}")
+"""
+
+
+def test_run_options_are_matched_to_the_component_that_declared_them(plugin_dir):
+    # Two environments each declare a `length` parameter: the flag decides, not the parameter name.
+    from rlbench.config import RunConfig
+    from rlbench.validate import options_from_flags, validate
+
+    write_plugin_dist(plugin_dir, "rlbench-chains", "chains", "rlbench_chains", TWO_CHAIN_PLUGIN)
+    registry, _ = plugins.build()
+    config = RunConfig(algo="qlearning", env="onehot-chain")
+    assert options_from_flags({"--onehot-chain-length": 6}, config, registry) == {"environment": {"length": 6}}
+    with pytest.raises(RlbenchError, match="--chain-length applies to environment chain, which this run does not use"):
+        options_from_flags({"--chain-length": 6}, config, registry)
+    with pytest.raises(RlbenchError, match="did you mean '--chain-length'"):
+        options_from_flags({"--chain-lenght": 6}, config, registry)
+    config.options = {"environment": {"length": 6}}
+    assert validate(config, registry).options == {"environment": {"length": 6}}
+    result = run_cli("run", "--algo", "qlearning", "--env", "onehot-chain", "--onehot-chain-length", "6", "--no-out")
+    assert "built onehot-chain with length 6" in result.stderr + result.stdout, result.stderr
+
+
+def test_a_plugin_that_exits_at_import_is_listed_as_broken(plugin_dir):
+    write_plugin_dist(plugin_dir, "rlbench-quitter", "quitter", "rlbench_quitter", "import sys\nsys.exit(3)\n")
+    result = run_cli("list", "--json")
+    assert result.returncode == 0, result.stderr
+    broken = json.loads(result.stdout)["broken_plugins"]
+    assert [b["plugin"] for b in broken] == ["quitter"] and "SystemExit: 3" in broken[0]["error"]
+    assert run_cli("run", "--algo", "qlearning", "--env", "FrozenLake-v1", "--steps", "200", "--eval-episodes", "1",
+                   "--no-out").returncode == 0

@@ -44,7 +44,8 @@ class Budget:
     total_steps: int
     seconds: float | None = None
     t0: float = field(default_factory=time.perf_counter)
-    interrupted: bool = False  # set by the runner on Ctrl-C
+    interrupted: str = ""  # why the run was stopped early (set by the runner on Ctrl-C, SIGTERM, SIGHUP)
+    stop_signal: int = 0  # the signal that stopped it, for the exit code
     on_progress: Callable[[int], None] | None = None
 
     def exhausted(self, step: int) -> bool:

@@ -12,9 +12,9 @@ The paper's ranges are printed beside the reductions; they come from a 40GbE NIC
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
 import time
-from typing import Any
+from typing import Any, Iterator
 
 PAPER_ACCESS_REDUCTION = (32.7, 58.9)  # % lower access latency, DPDK vs kernel sockets
 PAPER_IN_NETWORK_ACCESS = (11.7, 28.1)  # % lower replay access, in-network vs server
@@ -35,55 +35,14 @@ def _transitions(n: int, seed: int = 0) -> dict[str, Any]:
             "done": np.zeros(n, dtype=bool)}
 
 
-def _node_main(transport: str, options: dict[str, Any], placement: str, addresses: Any) -> None:
-    """A replay node that never rate-limits (the benchmark measures access, not the algorithm)."""
-    import rlbench
-    from rlbench.runtime.distributed.rate_limiter import RateLimiter
-    from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
+@contextlib.contextmanager
+def _node(transport: str, options: dict[str, Any], placement: str) -> Iterator[Any]:
+    """The runtime's real replay node (prioritized memory) in its own process; clients as actor and learner."""
+    from rlbench.kit.access import replay_node
 
-    registry = rlbench.get_registry()
-    listener = registry.get("transport", transport).create(**options).listen(None)
-    memory = registry.get("replay", "prioritized").create(capacity=1 << 17, alpha=0.6, seed=0)
-    limiter = RateLimiter(1.0, min_size_to_sample=1, error_buffer=1e18)
-    node = ReplayNode(listener, memory, limiter, NodeSettings(placement=placement, total_steps=1 << 62, batch_size=BATCH))
-    addresses.put(listener.address)
-    try:
-        node.serve()
-    finally:
-        listener.close()
-
-
-class _Node:
-    """A replay node process and a client connected to it."""
-
-    def __init__(self, transport: str, options: dict[str, Any], placement: str, role: str) -> None:
-        import numpy as np
-
-        import rlbench
-        from rlbench.runtime.distributed.replay_client import ReplayClient
-        from rlbench.runtime.distributed.messages import Op
-
-        context = multiprocessing.get_context("spawn")
-        addresses = context.Queue()
-        self.process = context.Process(target=_node_main, args=(transport, options, placement, addresses), daemon=True)
-        self.process.start()
-        component = rlbench.get_registry().get("transport", transport)
-        address = addresses.get(timeout=60)
-        connection = component.create(**options).connect(address, timeout=30.0)
-        self.client = ReplayClient(connection, prioritized=True, capacity=0,
-                                   reliable=component.capabilities.reliable, timeout=30.0)
-        self.client.call(Op.HELLO, {"role": np.frombuffer(role.encode(), dtype=np.uint8)})
-
-    def close(self) -> None:
-        from rlbench.runtime.distributed.messages import Op
-
-        try:
-            self.client.call(Op.SHUTDOWN)
-        finally:
-            self.client.connection.close()
-            self.process.join(10)
-            if self.process.is_alive():
-                self.process.kill()
+    with replay_node(transport, transport_options=options, placement=placement, replay="prioritized",
+                     batch_size=BATCH) as node:
+        yield node
 
 
 def _percentiles(samples: list[int]) -> tuple[float, float]:
@@ -93,10 +52,10 @@ def _percentiles(samples: list[int]) -> tuple[float, float]:
     return float(np.percentile(array, 50)), float(np.percentile(array, 99))
 
 
-def _access(node: _Node, sizes: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+def _access(node: Any, sizes: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
     clock = time.perf_counter_ns
-    client = node.client
-    client.add(_transitions(4096, seed=1))  # enough items for the largest SAMPLE
+    actor, learner = node.actor, node.learner
+    actor.add(_transitions(4096, seed=1))  # enough items for the largest SAMPLE
     cases = []
     for size in sizes:
         n = max(1, round(size / TRANSITION_BYTES))
@@ -104,9 +63,9 @@ def _access(node: _Node, sizes: tuple[int, ...], requests: int) -> list[dict[str
         inserts, samples = [], []
         for i in range(requests + 20):
             started = clock()
-            client.add(batch)
+            actor.add(batch)
             middle = clock()
-            client.sample(n, 0.4)
+            learner.sample(n, 0.4)
             finished = clock()
             if i >= 20:  # warm-up
                 inserts.append(middle - started)
@@ -118,12 +77,12 @@ def _access(node: _Node, sizes: tuple[int, ...], requests: int) -> list[dict[str
     return cases
 
 
-def _insert_throughput(node: _Node, seconds: float = 1.0) -> float:
+def _insert_throughput(node: Any, seconds: float = 1.0) -> float:
     batch = _transitions(32, seed=7)
     sent = 0
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
-        node.client.add(batch)
+        node.actor.add(batch)
         sent += 32
     return sent / (time.perf_counter() - started)
 
@@ -134,26 +93,27 @@ def _spin(us: float) -> None:
         pass
 
 
-def _learner(node: _Node, placement: str, seconds: float) -> dict[str, Any]:
+def _learner(node: Any, placement: str, seconds: float) -> dict[str, Any]:
     """Sample, 'learn' for LEARNER_STEP_US, send priorities back; time only the wait for a batch."""
     import numpy as np
 
-    from rlbench.runtime.distributed.messages import Op
-
-    client = node.client
-    client.add(_transitions(4096, seed=3))
+    node.actor.add(_transitions(4096, seed=3))
+    learner = node.learner
     waits = []
     clock = time.perf_counter_ns
-    if placement == "in-network":
-        client.send(Op.CREDIT, {"credit": np.int64(2), "beta": np.float64(0.4)})
+    in_network = placement == "in-network"
+    if in_network:
+        learner.credit(2, 0.4)
     end = time.perf_counter() + seconds
+    updates = 0
     while time.perf_counter() < end:
         started = clock()
-        sample = client.wait_pushed(30.0) if placement == "in-network" else client.sample(BATCH, 0.4)
+        sample = learner.wait_pushed(30.0) if in_network else learner.sample(BATCH, 0.4)
         waits.append(clock() - started)
         _spin(LEARNER_STEP_US)
-        extra = {"credit": np.int64(1)} if placement == "in-network" else {}
-        client.update_priorities(sample.indices, np.abs(np.random.standard_normal(len(sample.indices))) + 0.01, **extra)
+        updates += 1
+        learner.update_priorities(sample.indices, np.abs(np.random.standard_normal(len(sample.indices))) + 0.01,
+                                  learner_updates=updates, credit=1 if in_network else None, beta=0.4)
     p50, p99 = _percentiles(waits[10:])
     return {"placement": placement, "batches": len(waits), "sample_wait_p50_us": p50, "sample_wait_p99_us": p99}
 
@@ -177,22 +137,16 @@ def run_reproduction(transports: list[str], sizes: tuple[int, ...], requests: in
             results["unavailable"][name] = probe.reason
             continue
         options = {"port": dpdk_port} if name == "dpdk" else {}
-        node = _Node(name, options, "server", "actor")
-        try:
+        with _node(name, options, "server") as node:
             results["access"][name] = _access(node, sizes, requests)
             results["insert_throughput"][name] = _insert_throughput(node)
-        finally:
-            node.close()
     if "dpdk" not in results["access"]:
         raise RlbenchError("dpdk is unavailable here: " + results["unavailable"].get("dpdk", "not selected"))
     if placement_seconds:
         results["placement"] = {}
         for placement in ("server", "in-network"):
-            node = _Node("dpdk", {"port": dpdk_port}, placement, "learner")
-            try:
+            with _node("dpdk", {"port": dpdk_port}, placement) as node:
                 results["placement"][placement] = _learner(node, placement, placement_seconds)
-            finally:
-                node.close()
     return results
 
 

@@ -12,10 +12,11 @@ import ctypes
 import dataclasses
 import multiprocessing
 import queue
+import secrets
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -23,18 +24,20 @@ from rlbench.errors import RlbenchError
 from rlbench.metrics import Histogram, Recorder
 from rlbench.registry import load_object
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
-from rlbench.runtime.distributed.replay_client import ReplayClient
-from rlbench.runtime.distributed.roles import REQUEST_TIMEOUT_S, RoleSpec
-from rlbench.runtime.distributed.messages import Op, read_json
+from rlbench.runtime.distributed import messages, roles
+from rlbench.runtime.distributed.channel import Channel
+from rlbench.runtime.distributed.messages import Op
+from rlbench.runtime.distributed.roles import NODE_LOST, REQUEST_TIMEOUT_S, RoleSpec
 
-ROLE_FUNCTIONS = {
-    "replay": "rlbench.runtime.distributed.roles:replay_node_main",
-    "learner": "rlbench.runtime.distributed.roles:learner_main",
-    "actor": "rlbench.runtime.distributed.roles:actor_main",
+ROLE_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "replay": roles.replay_node_main,
+    "learner": roles.learner_main,
+    "actor": roles.actor_main,
 }
 POLL_S = 0.25
-GRACE_S = 10.0  # after the stop signal, how long roles get to finish before they are terminated
+GRACE_S = 10.0  # after the run ended, how long roles get to flush, report and leave before they are killed
 START_TIMEOUT_S = 120.0
+ROLE_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher stops roles, in order
 
 
 def role_process_name(role: str, index: int) -> str:
@@ -44,24 +47,39 @@ def role_process_name(role: str, index: int) -> str:
 
 def _linux_process_setup(name: str) -> None:
     """Name the process for ps/top, and have the kernel kill it if the launcher dies, so no role
-    is ever orphaned (PR_SET_PDEATHSIG)."""
+    is ever orphaned (PR_SET_PDEATHSIG; SIGKILL, since roles leave the polite signals to the launcher)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
 
-def _role_entry(function: str, spec: RoleSpec, results: Any, announcements: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the launcher, which stops roles in order
+def run_role(function: Callable[..., Any] | str, spec: RoleSpec, announce: Callable[[str], None]) -> Any:
+    """What every launcher does in a role's process: signals left to the launcher (a scheduler's
+    SIGTERM to the process group, or Ctrl-C, reaches the launcher, which stops roles in order), the
+    process named, then the role."""
+    for signum in ROLE_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     _linux_process_setup(role_process_name(spec.role, spec.index))
+    target = load_object(function) if isinstance(function, str) else function
+    return target(spec, announce=announce)
+
+
+def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any, announcements: Any) -> None:
     try:
-        report = load_object(function)(spec, announce=announcements.put)
+        report = run_role(function, spec, announcements.put)
     except BaseException as exc:
-        results.put((spec.role, spec.index, "error", f"{type(exc).__name__}: {exc}"))
+        results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
         raise SystemExit(1) from None
     results.put((spec.role, spec.index, "ok", report))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A reason for a human: one line, bounded."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 @dataclass
@@ -107,8 +125,10 @@ class Launcher(Protocol):
 
 
 class LocalLauncher:
-    def __init__(self, functions: dict[str, str] | None = None) -> None:
-        self.functions = functions or ROLE_FUNCTIONS  # role -> "module:function"
+    """Each role a spawned process on this machine."""
+
+    def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
+        self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
         self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()
@@ -156,8 +176,11 @@ class LocalLauncher:
             self._drain(timeout=0.05)
 
     def failure_of(self, handle: RoleHandle) -> str:
-        outcome = self.collect().get(handle.name)
-        return outcome[1] if outcome else f"exit code {handle.exitcode}"
+        """One line: the role's error, or how its process ended."""
+        status, payload = self.collect().get(handle.name, ("", None))
+        if status == "error":
+            return one_line(payload)
+        return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
 
     def close(self) -> None:
         """Release the queues' pipes and semaphores (after `collect`)."""
@@ -166,11 +189,10 @@ class LocalLauncher:
             channel.join_thread()
 
     def stop_all(self, grace: float = GRACE_S) -> None:
+        """Roles still running after `grace` are killed (they ignore the polite signals: stopping
+        them in order is the launcher's job, done before this)."""
         self.wait(self.handles, grace)
         for handle in self.handles:
-            if handle.alive():
-                handle.process.terminate()
-                handle.process.join(timeout=5)
             if handle.alive():
                 handle.process.kill()
                 handle.process.join(timeout=5)
@@ -191,13 +213,22 @@ class DistributedOutcome:
 
 def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                     launcher: Launcher | None = None) -> DistributedOutcome:
-    """Start replay node, learner and actors; return when the run is over and every role has stopped."""
-    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options)
+    """Start replay node, learner and actors; return when the run is over and every role has stopped.
+
+    The run ends when the node counts the budget, or on a stop reason (a signal, a dead role the
+    run cannot do without). Either way roles stop in order: the node is told to finish (actors then
+    flush and report, the learner gets END and reports), the launcher waits for them, then takes the
+    final weights and the node's report and shuts it down. Only what is still running after that is
+    killed. When the node itself is gone, accounting uses what the launcher last polled.
+    """
+    secret = secrets.token_bytes(32)  # the run's: roles prove it to the node; never printed or stored
+    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options,
+                    secret=secret)
     base.config["replay"] = plan.replay.name
     launcher = launcher or LocalLauncher()
     failures: list[str] = []
     stop_reason = ""
-    final_weights, weights_version, node_report = None, -1, None
+    final_weights, weights_version, node_report, last_state = None, -1, None, None
     control = None
     try:
         node = launcher.start(dataclasses.replace(base, role="replay"))
@@ -206,27 +237,28 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
         actors = [launcher.start(dataclasses.replace(base, role="actor", address=address, index=i))
                   for i in range(config.actors)]
         transport = plan.transport.create(**plan.options.get("transport", {}))
-        control = ReplayClient(transport.connect(address, timeout=REQUEST_TIMEOUT_S), prioritized=False, capacity=0,
-                               reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
-        control.call(Op.HELLO, {"role": np.frombuffer(b"launcher", dtype=np.uint8)})
+        control = Channel(transport.connect(address, timeout=REQUEST_TIMEOUT_S),
+                          reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
+        control.authenticate("launcher", 0, secret)
         reported_dead: set[str] = set()
         while True:
             launcher.wait(launcher.handles, POLL_S)  # reads role outcomes while it waits
             if budget.interrupted:
-                stop_reason = "interrupted (Ctrl-C)"
+                stop_reason = budget.interrupted
                 break
             if not node.alive():
                 stop_reason = f"the replay node died ({launcher.failure_of(node)})"
                 break
             try:
-                control.call(Op.FETCH_PARAMS, {"have_version": np.int64(2**62)})  # cheap status poll
-            except (ConnectionError, OSError, RlbenchError) as exc:
+                last_state = messages.state_of(control.request(Op.STATUS)[1])
+            except NODE_LOST as exc:
                 stop_reason = _lost_node(launcher, node, exc)
                 break
-            budget.progress(control.status["produced"])
-            if not learner.alive():
-                if learner.exitcode != 0:
-                    stop_reason = f"the learner died ({launcher.failure_of(learner)})"
+            budget.progress(last_state["produced"])
+            if last_state["finished"]:
+                break
+            if not learner.alive() and learner.exitcode != 0:
+                stop_reason = f"the learner died ({launcher.failure_of(learner)})"
                 break
             for actor in actors:
                 if not actor.alive() and actor.exitcode != 0 and actor.name not in reported_dead:
@@ -239,28 +271,21 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
             if len(reported_dead) == len(actors):
                 stop_reason = "every actor died"
                 break
-        if stop_reason:
-            if node.alive():
-                try:
-                    control.call(Op.SHUTDOWN)  # roles see done=1 on their next exchange and leave
-                except (ConnectionError, OSError, RlbenchError):
-                    pass  # the node went away meanwhile; stop_all still ends every role
-        else:
-            launcher.wait([h for h in launcher.handles if h.role != "replay"], GRACE_S)
+        if node.alive():
             try:
-                op, arrays = control.call(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
+                if stop_reason:
+                    control.request(Op.FINISH, {"reason": messages.text(one_line(stop_reason))})
+                launcher.wait([h for h in launcher.handles if h.role != "replay"], GRACE_S)
+                op, arrays = control.request(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
                 if op == Op.PARAMS:
-                    weights_version = int(arrays["version"])
-                    count = sum(1 for name in arrays if name[0] == "w" and name[1:].isdigit())
-                    final_weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
-                op, arrays = control.call(Op.STATS)
-                node_report = read_json(arrays["json"])
-                control.call(Op.SHUTDOWN)
-            except (ConnectionError, OSError, RlbenchError) as exc:
-                stop_reason = _lost_node(launcher, node, exc)
+                    weights_version, final_weights = messages.read_weights(arrays)
+                node_report = messages.read_json(control.request(Op.STATS)[1]["json"])
+                control.request(Op.SHUTDOWN)
+            except NODE_LOST as exc:
+                stop_reason = stop_reason or _lost_node(launcher, node, exc)
     finally:
         if control is not None:
-            control.connection.close()
+            control.close()
         launcher.stop_all()
     outcomes = launcher.collect()
     launcher.close()
@@ -268,25 +293,28 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
         node_report = outcomes["replay"][1]
     for name, (status, payload) in outcomes.items():
         if status == "error" and not any(f.startswith(name) for f in failures):
-            failures.append(f"{name} failed: {payload}")
-    return _merge(outcomes, node_report, final_weights, weights_version, failures, stop_reason)
+            failures.append(f"{name} failed: {one_line(payload)}")
+    return _merge(outcomes, node_report, last_state, final_weights, weights_version, failures, stop_reason)
 
 
 def _lost_node(launcher: Launcher, node: RoleHandle, exc: Exception) -> str:
     node.join(2)
-    return f"lost the replay node ({exc})" if node.alive() else f"the replay node died ({launcher.failure_of(node)})"
+    return (f"lost the replay node ({one_line(exc)})" if node.alive()
+            else f"the replay node died ({launcher.failure_of(node)})")
 
 
 def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | None,
-           final_weights: list[np.ndarray] | None, weights_version: int, failures: list[str],
-           stop_reason: str) -> DistributedOutcome:
+           last_state: dict[str, Any] | None, final_weights: list[np.ndarray] | None, weights_version: int,
+           failures: list[str], stop_reason: str) -> DistributedOutcome:
     recorder = Recorder()
     accounting = Accounting()
     curve = LearningCurve()
     roles: dict[str, Any] = {}
-    reports = {name: payload for name, (status, payload) in outcomes.items() if status == "ok"}
+    # What each role reported to the launcher; where that is missing, what it told the node in its BYE.
+    reports = dict((node_report or {}).get("reports", {}))
+    reports.update({name: payload for name, (status, payload) in outcomes.items() if status == "ok"})
     if node_report is not None:
-        reports["replay"] = node_report
+        reports["replay"] = {k: v for k, v in node_report.items() if k != "reports"}
     for name, report in sorted(reports.items()):
         prefix = "replay_node." if name == "replay" else ""
         for op, data in report.get("histograms", {}).items():
@@ -301,19 +329,20 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
         for cause, n in report.get("dropped", {}).items():
             accounting.drop(cause, n)
     curve.points.sort(key=lambda p: (p["time_s"], p["step"]))
-    stored = node_report["stored"] if node_report else 0
-    node_produced = node_report["produced"] if node_report else 0
-    accounting.stored = stored
+    counted = node_report or last_state or {"stored": 0, "produced": 0}  # the node's own count, else the last poll
+    accounting.stored = counted["stored"]
     # Produced counts what actors reported: their own tallies where they reported, and for an actor
     # that died, what the node received from it; what a dead actor never sent is unknowable.
     reported_produced = sum(r["produced"] for r in actor_reports)
     reported_sent = sum(r["sent"] for r in actor_reports)
-    accounting.produced = reported_produced + max(0, stored - reported_sent)
+    accounting.produced = reported_produced + max(0, accounting.stored - reported_sent)
     unaccounted = accounting.produced - accounting.stored - sum(accounting.dropped.values())
     if unaccounted > 0:
-        accounting.drop("sent by an actor, never stored by the replay node", unaccounted)
+        accounting.drop("sent by an actor, never stored by the replay node" if node_report is not None else
+                        "acknowledged after the launcher's last status poll (the node's final count died with it)",
+                        unaccounted)
     learner = reports.get("learner", {})
-    stats = LoopStats(env_steps=node_produced, updates=learner.get("updates", 0), samples=learner.get("samples", 0))
+    stats = LoopStats(env_steps=counted["produced"], updates=learner.get("updates", 0), samples=learner.get("samples", 0))
     if node_report:
         stats.extra["steady_env_steps_per_s"] = node_report["steady_env_steps_per_s"]
         stats.extra["rate_limiter"] = node_report["rate_limiter"]

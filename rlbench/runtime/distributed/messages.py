@@ -1,67 +1,273 @@
-"""Wire messages between roles: a versioned header and raw array payloads, no pickle.
+"""The wire: every message rlbench's roles exchange, in one place — framing, ops, what each op
+carries and answers, the transition layout, the weights encoding, STATUS, and authentication.
+Nothing else in rlbench spells an op, a field name or a byte of the format.
 
-Layout (little endian)::
+Framing
+-------
+A message is one transport message (the transport delimits it). Little endian::
 
-    header   magic b"RB" | version u8 | op u8 | request_id u32 | n_arrays u16 | descriptor bytes u16
-    per array: name_len u8 | name | dtype code u8 | ndim u8 | shape u32 * ndim | nbytes u64
-    payload  each array's bytes, in order, each starting at an 8-byte aligned offset
+    header (12 bytes)  magic b"RB" | version u8 | op u8 | request_id u32 | n_arrays u16 | descriptor_bytes u16
+    descriptors        per array: name_len u8 | name (utf-8) | dtype code u8 | ndim u8 | shape u32 * ndim | nbytes u64
+    payload            each array's bytes in descriptor order, each starting at an 8-byte aligned
+                       offset from the start of the message (zero padding between)
 
-Everything is an array, scalars are 0-d arrays; decoding returns zero-copy numpy views of the
-received buffer. `decode` never trusts the sender: a wrong magic/version, an unknown op or dtype,
-a shape that disagrees with nbytes, a truncated or oversize message all raise `WireError`, which a
-server answers with an ERROR message and counts, and keeps serving.
+Everything is a named array; a scalar is a 0-d array, text is a uint8 array of utf-8. dtype codes
+index DTYPES below. At most MAX_ARRAYS arrays of at most MAX_NDIM dimensions. A request carries a
+non-zero request_id and its reply the same id; one-way messages and pushes carry 0. Decoding
+returns zero-copy numpy views of the received buffer, valid until the transport's next receive.
+
+Versions: 1 first; 2 the header says how many bytes the descriptors take; 3 (this) authentication
+(HELLO/CHALLENGE/AUTH/WELCOME), STATUS is its own operation and no reply carries status fields any
+more, END ends a stream of batches, ops renumbered. A peer speaking another version is answered
+ERROR "wire version X not supported (this side speaks 3)".
+
+Validation
+----------
+`decode` never trusts the sender. It refuses, as `WireError`, a wrong magic/version, an unknown op
+or dtype, a shape that disagrees with nbytes, truncation, trailing bytes, an oversize message, and
+anything that breaks the op's schema (SCHEMAS): an array the op does not carry or lacks, a wrong
+dtype kind or number of dimensions, rows of different lengths, a scalar out of its range, text
+that is not short utf-8, JSON that is not a small object. Structure is checked once per
+(op, descriptor block) and remembered; per message only the scalars' values (and the text/JSON
+bodies) are read. A server answers any WireError with ERROR and keeps serving.
+
+Ops (request -> reply; "one-way" has no reply; "push" is sent by the node, request_id 0)
+--------------------------------------------------------------------------------------
+=================  ============================================================  ==================
+HELLO              role text (actor | learner | launcher), index i64, nonce u8[16]  -> CHALLENGE, or
+                                                                                  WELCOME when the
+                                                                                  node runs without
+                                                                                  a secret
+CHALLENGE          nonce u8[16], proof u8[32] = HMAC(secret, "node" + client nonce + nonce)
+AUTH               proof u8[32] = HMAC(secret, "role" + role + index + node nonce + client nonce)
+                                                                              -> WELCOME or ERROR
+WELCOME            (nothing)
+INSERT             obs, action, reward, next_obs, done (rows), produced i64,
+                   priorities f64[rows] (optional)                          -> INSERTED
+INSERTED           produced i64, params_version i64, learner_updates i64, finished u8: what an
+                   actor needs to pace itself and know when newer weights exist
+SAMPLE             batch_size i64, beta f64                                 -> BATCH or END
+BATCH              indices i64[B], weights f32[B], obs, action, reward, next_obs, done (rows),
+                   step i64 (env steps produced when it was drawn, for beta annealing); also a push
+END                finished u8 = 1: the run is over (reply to SAMPLE, or a push)
+UPDATE_PRIORITIES  indices i64[n], priorities f64[n], learner_updates i64,
+                   credit i64, beta f64 (in-network, optional)              one-way
+CREDIT             credit i64, beta f64                                     one-way (in-network)
+PUBLISH_PARAMS     version i64, w0 .. wK f32                                one-way
+FETCH_PARAMS       have_version i64                                         -> PARAMS or CURRENT
+PARAMS             version i64, w0 .. wK f32
+CURRENT            finished u8: nothing newer than have_version
+STATUS             (nothing)                                                -> STATE
+STATE              finished u8, produced i64, stored i64, params_version i64, learner_updates i64,
+                   actors i64 (connected), done_reason text
+STATS              (nothing)                                                -> REPORT
+REPORT             json u8[]: the node's report (a JSON object)
+BYE                report u8[] (a JSON object: the role's final counters)   -> OK
+FINISH             reason text: end the run now (actors see finished, the learner END); the node
+                   keeps taking last inserts, goodbyes and STATS until SHUTDOWN  -> OK
+SHUTDOWN           (nothing): stop serving                                  -> OK
+OK                 (nothing)
+ERROR              message text
+=================  ============================================================  ==================
+
+Transition rows: obs and next_obs share a shape (rows, *observation) of a real dtype; action is
+(rows,) integer or (rows, *action) real; reward (rows,) real; done (rows,) real or bool.
+
+Weights: PARAMS and PUBLISH_PARAMS carry the policy's arrays as w0, w1, ... in order
+([W0, b0, W1, b1, ...], W of shape (in, out)), float32; `weights_arrays` and `read_weights`.
+
+Who may send what (ALLOWED_ROLES): only an authenticated peer sends anything but HELLO/AUTH;
+actors INSERT; the learner SAMPLEs, updates priorities and credit; only the learner and the
+launcher PUBLISH_PARAMS and SHUTDOWN; STATS and FINISH are the launcher's.
 """
 
 from __future__ import annotations
 
 import enum
+import hmac
+import json
 import math
 import struct
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 MAGIC = b"RB"
-VERSION = 2  # 2: the header says how many bytes the array descriptors take
+VERSION = 3
 HEADER = struct.Struct("<2sBBIHH")
 ARRAY_TAIL = struct.Struct("<BB")  # dtype code, ndim
 NBYTES = struct.Struct("<Q")
 MAX_ARRAYS = 64
 MAX_NDIM = 8
 MAX_MESSAGE_BYTES = 1 << 30
+NONCE_BYTES = 16
+PROOF_BYTES = 32  # HMAC-SHA256
 
 
 class Op(enum.IntEnum):
-    INSERT = 1  # actor -> replay: transitions (+ priorities); reply OK with counts, weights version
-    SAMPLE = 2  # learner -> replay (server placement): batch_size, beta; reply BATCH
-    UPDATE_PRIORITIES = 3  # learner -> replay: indices, priorities (+ credit in-network); reply OK (server)
-    PUBLISH_PARAMS = 4  # learner -> replay: weights + version
-    FETCH_PARAMS = 5  # actor -> replay: have_version; reply PARAMS (or OK when nothing newer)
-    STATS = 6  # anyone -> replay: reply STATS (a JSON document as a uint8 array)
-    SHUTDOWN = 7
-    OK = 8
-    ERROR = 9  # reply: "message" uint8 array (utf-8)
-    BATCH = 10  # replay -> learner: indices, weights, transitions (pulled or pushed)
-    CREDIT = 11  # learner -> replay (in-network): how many batches it may push ahead
-    PARAMS = 12
-    HELLO = 13  # role introduces itself: role name, id
-    BYE = 14  # role leaves: its final counters (JSON)
+    HELLO = 1
+    CHALLENGE = 2
+    AUTH = 3
+    WELCOME = 4
+    INSERT = 5
+    INSERTED = 6
+    SAMPLE = 7
+    BATCH = 8
+    END = 9
+    UPDATE_PRIORITIES = 10
+    CREDIT = 11
+    PUBLISH_PARAMS = 12
+    FETCH_PARAMS = 13
+    PARAMS = 14
+    CURRENT = 15
+    STATUS = 16
+    STATE = 17
+    STATS = 18
+    REPORT = 19
+    BYE = 20
+    SHUTDOWN = 21
+    OK = 22
+    ERROR = 23
+    FINISH = 24
 
+
+ROLES = ("actor", "learner", "launcher")
+TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
+STATE_FIELDS = ("finished", "produced", "stored", "params_version", "learner_updates", "actors")
+ALLOWED_ROLES: dict[Op, frozenset[str]] = {
+    Op.INSERT: frozenset({"actor"}),
+    Op.SAMPLE: frozenset({"learner"}),
+    Op.UPDATE_PRIORITIES: frozenset({"learner"}),
+    Op.CREDIT: frozenset({"learner"}),
+    Op.PUBLISH_PARAMS: frozenset({"learner", "launcher"}),
+    Op.FETCH_PARAMS: frozenset(ROLES),
+    Op.STATUS: frozenset(ROLES),
+    Op.STATS: frozenset({"launcher"}),
+    Op.BYE: frozenset({"actor", "learner"}),
+    Op.SHUTDOWN: frozenset({"learner", "launcher"}),
+    Op.FINISH: frozenset({"launcher"}),
+}
+
+# Bounds a well-behaved peer never comes near; a value outside is an error, not a 2**40-row request.
+MAX_ROWS = 1 << 20  # rows in one INSERT or BATCH, indices in one update
+MAX_BATCH = 1 << 16  # SAMPLE batch size
+MAX_COUNT = 1 << 53  # counters (produced, versions, updates): exact in a float64 too
+MAX_CREDIT = 1 << 10
+MAX_INDEX = 1 << 30  # actor index
+MAX_TEXT = 256
+MAX_JSON = 4 << 20
 
 DTYPES = [np.dtype(t) for t in ("float32", "float64", "int64", "int32", "uint8", "bool", "int16", "uint16",
                                  "int8", "uint32", "uint64", "float16")]
 DTYPE_CODE = {dt: code for code, dt in enumerate(DTYPES)}
-# Messages on the data path repeat a few shapes: their descriptor bytes (encode) and parsed layouts
-# (decode) are remembered, which halves the codec's cost. Bounded: cleared when full.
-_CACHE_ENTRIES = 1024
-_DESCRIPTORS: dict[tuple[str, np.dtype, tuple[int, ...]], bytes] = {}
-_Layout = tuple[list[tuple[str, np.dtype, int, "tuple[int, ...] | None", int, int]], int]
-_LAYOUTS: dict[tuple[int, bytes], _Layout] = {}
-_PADDING = [b"\0" * n for n in range(8)]
 
 
 class WireError(ValueError):
-    """A message that is not a valid rlbench wire message."""
+    """A message that is not a valid rlbench message, or breaks its op's schema. `request_id` is the
+    id to answer with when the header could be read (0 otherwise)."""
+
+    def __init__(self, message: str, request_id: int = 0) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+# ------------------------------------------------------------------------------------------ schemas
+@dataclass(frozen=True)
+class Scalar:
+    kinds: str  # numpy dtype kinds accepted: "i" signed, "u" unsigned, "f" real, "b" bool
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Vector:
+    """1-D; `rows` ties its length to the message's transition rows."""
+
+    kinds: str
+    max_len: int = MAX_ROWS
+    rows: bool = False
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Leading axis = the message's transition rows; `ndim` None: at least 1."""
+
+    kinds: str
+    ndim: int | None = None
+
+
+@dataclass(frozen=True)
+class Text:
+    max_bytes: int = MAX_TEXT
+
+
+@dataclass(frozen=True)
+class Json:
+    max_bytes: int = MAX_JSON
+
+
+@dataclass(frozen=True)
+class Bytes:
+    length: int
+
+
+@dataclass(frozen=True)
+class Schema:
+    required: Mapping[str, Any]
+    optional: Mapping[str, Any] = ()  # type: ignore[assignment]
+    weights: bool = False  # w0, w1, ... of real dtype
+    same_shape: tuple[str, ...] = ()  # arrays that must share a shape (obs, next_obs)
+
+
+INT = "iu"
+REAL = "f"
+COUNT = Scalar(INT, 0, MAX_COUNT)
+VERSION_NUMBER = Scalar(INT, -1, MAX_COUNT)
+FLAG = Scalar(INT + "b", 0, 1)
+TRANSITIONS = {"obs": Rows(REAL), "action": Rows(INT + REAL), "reward": Rows(REAL, 1), "next_obs": Rows(REAL),
+               "done": Rows(REAL + "b", 1)}
+
+SCHEMAS: dict[Op, Schema] = {
+    Op.HELLO: Schema({"role": Text(), "index": Scalar(INT, 0, MAX_INDEX), "nonce": Bytes(NONCE_BYTES)}),
+    Op.CHALLENGE: Schema({"nonce": Bytes(NONCE_BYTES), "proof": Bytes(PROOF_BYTES)}),
+    Op.AUTH: Schema({"proof": Bytes(PROOF_BYTES)}),
+    Op.WELCOME: Schema({}),
+    Op.INSERT: Schema({**TRANSITIONS, "produced": COUNT}, {"priorities": Vector(REAL, rows=True)},
+                      same_shape=("obs", "next_obs")),
+    Op.INSERTED: Schema({"produced": COUNT, "params_version": VERSION_NUMBER, "learner_updates": COUNT,
+                         "finished": FLAG}),
+    Op.SAMPLE: Schema({"batch_size": Scalar(INT, 1, MAX_BATCH), "beta": Scalar(REAL + INT, 0.0, 1.0)}),
+    Op.BATCH: Schema({**TRANSITIONS, "indices": Vector(INT, rows=True), "weights": Vector(REAL, rows=True),
+                      "step": COUNT}, same_shape=("obs", "next_obs")),
+    Op.END: Schema({"finished": FLAG}),
+    Op.UPDATE_PRIORITIES: Schema({"indices": Vector(INT), "priorities": Vector(REAL), "learner_updates": COUNT},
+                                 {"credit": Scalar(INT, 0, MAX_CREDIT), "beta": Scalar(REAL + INT, 0.0, 1.0)}),
+    Op.CREDIT: Schema({"credit": Scalar(INT, 0, MAX_CREDIT), "beta": Scalar(REAL + INT, 0.0, 1.0)}),
+    Op.PUBLISH_PARAMS: Schema({"version": COUNT}, weights=True),
+    Op.FETCH_PARAMS: Schema({"have_version": VERSION_NUMBER}),
+    Op.PARAMS: Schema({"version": COUNT}, weights=True),
+    Op.CURRENT: Schema({"finished": FLAG}),
+    Op.STATUS: Schema({}),
+    Op.STATE: Schema({"finished": FLAG, "produced": COUNT, "stored": COUNT, "params_version": VERSION_NUMBER,
+                      "learner_updates": COUNT, "actors": COUNT, "done_reason": Text(4096)}),
+    Op.STATS: Schema({}),
+    Op.REPORT: Schema({"json": Json()}),
+    Op.BYE: Schema({"report": Json()}),
+    Op.SHUTDOWN: Schema({}),
+    Op.OK: Schema({}),
+    Op.ERROR: Schema({"message": Text(65536)}),
+    Op.FINISH: Schema({"reason": Text(4096)}),
+}
+assert set(SCHEMAS) == set(Op)
+
+
+# ------------------------------------------------------------------------------------------- encode
+# The data path repeats a few shapes: descriptor bytes (encode) and checked layouts (decode) are
+# remembered, which halves the codec's cost. Bounded: cleared when full.
+_CACHE_ENTRIES = 1024
+_DESCRIPTORS: dict[tuple[str, np.dtype, tuple[int, ...]], bytes] = {}
+_PADDING = [b"\0" * n for n in range(8)]
 
 
 def encode(op: Op, arrays: Mapping[str, Any] | None = None, request_id: int = 0) -> list[Any]:
@@ -95,7 +301,7 @@ def encode(op: Op, arrays: Mapping[str, Any] | None = None, request_id: int = 0)
 
 
 def _describe(name: str, array: np.ndarray) -> bytes:
-    """One array's descriptor bytes, remembered per (name, dtype, shape): the data path repeats them."""
+    """One array's descriptor bytes, remembered per (name, dtype, shape)."""
     code = DTYPE_CODE.get(array.dtype)
     if code is None:
         raise WireError(f"array {name!r}: dtype {array.dtype} cannot travel on the wire")
@@ -108,8 +314,22 @@ def _describe(name: str, array: np.ndarray) -> bytes:
     return descriptor
 
 
+def joined(parts: Sequence[Any]) -> bytes:
+    """One bytes object of an encoded message (for a retry, or a test)."""
+    return b"".join(p if isinstance(p, bytes) else bytes(memoryview(p).cast("B")) for p in parts)
+
+
+# ------------------------------------------------------------------------------------------- decode
+# A checked layout: each array's (name, dtype, count, shape or None when 1-d, offset, nbytes), where
+# the message ends, and the values to check per message (scalars with ranges, text, json).
+_Entry = tuple[str, np.dtype, int, "tuple[int, ...] | None", int, int]
+_Layout = tuple[list[_Entry], int, tuple[tuple[str, Any], ...]]
+_LAYOUTS: dict[tuple[int, int, bytes], _Layout] = {}
+
+
 def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int, dict[str, np.ndarray]]:
-    """(op, request_id, arrays) from one received message; arrays are views into `buffer`."""
+    """(op, request_id, arrays) of one received message, checked against its op's schema; arrays are
+    views into `buffer`. Raises WireError (see the module's notes)."""
     view = memoryview(buffer).cast("B")
     size = view.nbytes
     if size > max_bytes:
@@ -120,36 +340,52 @@ def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int,
     if magic != MAGIC:
         raise WireError("not an rlbench message (bad magic)")
     if version != VERSION:
-        raise WireError(f"wire version {version} not supported (this side speaks {VERSION})")
-    try:
-        op = Op(op_code)
-    except ValueError:
-        raise WireError(f"unknown op {op_code}") from None
-    if n_arrays > MAX_ARRAYS:
-        raise WireError(f"too many arrays: {n_arrays}")
+        raise WireError(f"wire version {version} not supported (this side speaks {VERSION})", request_id)
     if HEADER.size + block_bytes > size:
-        raise WireError(f"truncated message: {size} bytes cannot hold its {block_bytes} bytes of array descriptors")
-    key = (n_arrays, bytes(view[HEADER.size:HEADER.size + block_bytes]))
+        raise WireError(f"truncated message: {size} bytes cannot hold its {block_bytes} bytes of array descriptors",
+                        request_id)
+    key = (op_code, n_arrays, bytes(view[HEADER.size:HEADER.size + block_bytes]))
     layout = _LAYOUTS.get(key)
     if layout is None:
-        layout = _layout(key[1], n_arrays)
-    entries, end = layout
+        layout = _checked_layout(key, request_id)
+    entries, end, values = layout
     if end != size:
         for name, _, _, _, offset, nbytes in entries:
             if offset + nbytes > size:
-                raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}")
-        raise WireError(f"{size - end} trailing bytes after the last array")
+                raise WireError(f"truncated message: array {name!r} needs {nbytes} bytes at {offset}, message has {size}",
+                                request_id)
+        raise WireError(f"{size - end} trailing bytes after the last array", request_id)
     arrays: dict[str, np.ndarray] = {}
     frombuffer = np.frombuffer
     for name, dtype, count, shape, offset, nbytes in entries:
         array = frombuffer(view, dtype=dtype, count=count, offset=offset)
         arrays[name] = array if shape is None else array.reshape(shape)
+    op = Op(op_code)  # known: the layout check refused unknown ops
+    for name, spec in values:
+        _check_value(op, name, spec, arrays[name], request_id)
     return op, request_id, arrays
 
 
-def _layout(block: bytes, n_arrays: int) -> _Layout:
-    """Parse and check a descriptor block once; messages of the same shape reuse the result: each
-    array's (name, dtype, count, shape or None when 1-d, offset, nbytes), and where the message ends."""
+def _check_value(op: Op, name: str, spec: Any, array: np.ndarray, request_id: int) -> None:
+    if isinstance(spec, Scalar):
+        value = array.item()
+        if not (spec.low <= value <= spec.high):  # NaN fails too
+            raise WireError(f"{op.name}: {name} = {value!r} is outside [{spec.low:g}, {spec.high:g}]", request_id)
+    elif isinstance(spec, Text):
+        try:
+            array.tobytes().decode()
+        except UnicodeDecodeError:
+            raise WireError(f"{op.name}: {name} is not utf-8 text", request_id) from None
+    elif isinstance(spec, Json):
+        try:
+            document = json.loads(array.tobytes())
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise WireError(f"{op.name}: {name} is not JSON", request_id) from None
+        if not isinstance(document, dict):
+            raise WireError(f"{op.name}: {name} must be a JSON object, got {type(document).__name__}", request_id)
+
+
+def _parse_descriptors(block: bytes, n_arrays: int) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
     offset = 0
     descriptors = []
     try:
@@ -178,35 +414,150 @@ def _layout(block: bytes, n_arrays: int) -> _Layout:
         raise WireError(f"truncated or garbled array descriptors ({exc})") from None
     if offset != len(block):
         raise WireError(f"{len(block) - offset} stray bytes in the array descriptors")
+    return descriptors
+
+
+def _checked_layout(key: tuple[int, int, bytes], request_id: int) -> _Layout:
+    """Parse a descriptor block and check it against the op's schema, once per distinct block."""
+    op_code, n_arrays, block = key
+    try:
+        op = Op(op_code)
+    except ValueError:
+        raise WireError(f"unknown op {op_code}", request_id) from None
+    if n_arrays > MAX_ARRAYS:
+        raise WireError(f"too many arrays: {n_arrays}", request_id)
+    try:
+        descriptors = _parse_descriptors(block, n_arrays)
+        values = _check_schema(op, SCHEMAS[op], {name: (dtype, shape) for name, dtype, shape, _ in descriptors})
+    except WireError as exc:
+        raise WireError(str(exc), request_id) from None
+    if len({d[0] for d in descriptors}) != len(descriptors):
+        raise WireError(f"{op.name}: an array name appears twice", request_id)
     entries = []
     position = HEADER.size + len(block)
     for name, dtype, shape, nbytes in descriptors:
         position += -position % 8
         entries.append((name, dtype, nbytes // dtype.itemsize, None if len(shape) == 1 else shape, position, nbytes))
         position += nbytes
-    layout = (entries, position)
+    layout = (entries, position, values)
     if len(_LAYOUTS) >= _CACHE_ENTRIES:
         _LAYOUTS.clear()
-    _LAYOUTS[(n_arrays, block)] = layout
+    _LAYOUTS[key] = layout
     return layout
 
 
+def _check_schema(op: Op, schema: Schema, arrays: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> tuple[tuple[str, Any], ...]:
+    """Refuse a layout that breaks the op's schema; the per-message value checks it needs."""
+    specs = {**schema.required, **dict(schema.optional)}
+    missing = [name for name in schema.required if name not in arrays]
+    if missing:
+        raise WireError(f"{op.name} lacks {', '.join(missing)}")
+    rows: int | None = None
+    values: list[tuple[str, Any]] = []
+    for name, (dtype, shape) in arrays.items():
+        spec = specs.get(name)
+        if spec is None and schema.weights and name[:1] == "w" and name[1:].isdigit():
+            if not shape or dtype.kind != "f":
+                raise WireError(f"{op.name}: weight array {name} must be a real array, got {dtype}{list(shape)}")
+            continue
+        if spec is None:
+            raise WireError(f"{op.name} carries no array named {name!r}")
+        kind = dtype.kind
+        if isinstance(spec, Scalar):
+            if shape or kind not in spec.kinds:
+                raise WireError(f"{op.name}: {name} must be a scalar of kind {spec.kinds!r}, got {dtype}{list(shape)}")
+            values.append((name, spec))
+        elif isinstance(spec, (Text, Json, Bytes)):
+            if dtype != np.uint8 or len(shape) != 1:
+                raise WireError(f"{op.name}: {name} must be a 1-D uint8 array, got {dtype}{list(shape)}")
+            limit = spec.length if isinstance(spec, Bytes) else spec.max_bytes
+            if shape[0] > limit or (isinstance(spec, Bytes) and shape[0] != limit):
+                raise WireError(f"{op.name}: {name} has {shape[0]} bytes (allowed: {limit})")
+            if not isinstance(spec, Bytes):
+                values.append((name, spec))
+        else:  # Vector, Rows
+            if kind not in spec.kinds:
+                raise WireError(f"{op.name}: {name} has dtype {dtype}, expected kind {spec.kinds!r}")
+            if isinstance(spec, Vector) and len(shape) != 1:
+                raise WireError(f"{op.name}: {name} must be 1-D, got shape {list(shape)}")
+            if isinstance(spec, Rows) and (not shape or (spec.ndim is not None and len(shape) != spec.ndim)):
+                raise WireError(f"{op.name}: {name} has shape {list(shape)}, expected "
+                                + (f"{spec.ndim} dimension(s)" if spec.ndim else "a leading row axis"))
+            if isinstance(spec, Vector) and shape[0] > spec.max_len:
+                raise WireError(f"{op.name}: {name} has {shape[0]} entries (at most {spec.max_len})")
+            if isinstance(spec, Rows) or spec.rows:
+                if rows is None:
+                    rows = shape[0]
+                elif shape[0] != rows:
+                    raise WireError(f"{op.name}: {name} has {shape[0]} rows, other arrays {rows}")
+    if rows is not None and not 1 <= rows <= MAX_ROWS:
+        raise WireError(f"{op.name}: {rows} rows (1 to {MAX_ROWS} allowed)")
+    if "indices" in arrays and "priorities" in arrays and arrays["indices"][1] != arrays["priorities"][1]:
+        raise WireError(f"{op.name}: {arrays['indices'][1][0]} indices but {arrays['priorities'][1][0]} priorities")
+    if schema.same_shape and len({arrays[name][1] for name in schema.same_shape}) != 1:
+        raise WireError(f"{op.name}: {' and '.join(schema.same_shape)} must have the same shape")
+    return tuple(values)
+
+
+# ----------------------------------------------------------------------------- typed helpers per op
 def text(message: str) -> np.ndarray:
     return np.frombuffer(message.encode(), dtype=np.uint8)
 
 
 def read_text(array: np.ndarray) -> str:
-    return bytes(array).decode(errors="replace")
+    return array.tobytes().decode(errors="replace")
 
 
 def json_array(document: Any) -> np.ndarray:
-    """For control-plane documents (stats, final counters) — never the data path."""
-    import json
-
+    """For control-plane documents (reports, final counters) — never the data path."""
     return text(json.dumps(document, default=float))
 
 
 def read_json(array: np.ndarray) -> Any:
-    import json
+    return json.loads(array.tobytes())
 
-    return json.loads(read_text(array))
+
+def weights_arrays(weights: Sequence[np.ndarray], version: int) -> dict[str, Any]:
+    """PARAMS / PUBLISH_PARAMS arrays of a policy's weights [W0, b0, W1, b1, ...]."""
+    if len(weights) >= MAX_ARRAYS:
+        raise WireError(f"{len(weights)} weight arrays do not fit one message (at most {MAX_ARRAYS - 1})")
+    return {"version": np.int64(version), **{f"w{i}": w for i, w in enumerate(weights)}}
+
+
+def read_weights(arrays: Mapping[str, np.ndarray]) -> tuple[int, list[np.ndarray]]:
+    """(version, [copies of w0, w1, ...]) from PARAMS; refuses a gap in the numbering."""
+    count = sum(1 for name in arrays if name[:1] == "w" and name[1:].isdigit())
+    try:
+        weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
+    except KeyError as missing:
+        raise WireError(f"weights are numbered with a gap: {missing} is missing") from None
+    return int(arrays["version"]), weights
+
+
+def transitions_of(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: arrays[name] for name in TRANSITION_FIELDS}
+
+
+def state_of(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """A STATE reply as plain numbers (and the reason text)."""
+    state: dict[str, Any] = {name: int(arrays[name]) for name in STATE_FIELDS}
+    state["done_reason"] = read_text(arrays["done_reason"])
+    return state
+
+
+# ---------------------------------------------------------------------------------- authentication
+def node_proof(secret: bytes, client_nonce: bytes, node_nonce: bytes) -> bytes:
+    """What the node sends in CHALLENGE: it knows the run's secret (so a client never talks to an
+    impostor that took over the address)."""
+    return hmac.digest(secret, b"node" + client_nonce + node_nonce, "sha256")
+
+
+def role_proof(secret: bytes, role: str, index: int, node_nonce: bytes, client_nonce: bytes) -> bytes:
+    """What a role sends in AUTH: it knows the run's secret, bound to the role it claims and to both
+    nonces (a recorded AUTH is worth nothing on another connection)."""
+    message = b"role" + role.encode() + struct.pack("<q", index) + node_nonce + client_nonce
+    return hmac.digest(secret, message, "sha256")
+
+
+def proofs_match(expected: bytes, got: Any) -> bool:
+    return hmac.compare_digest(expected, bytes(got))

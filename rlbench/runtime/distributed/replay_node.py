@@ -1,4 +1,4 @@
-"""The replay node: serves any replay memory over any transport to actors and a learner.
+"""The replay node: serves any replay memory over any transport to a run's actors and learner.
 
 One event loop, single-threaded (the memory is not shared). Placement decides how the learner gets
 batches: `server` — it sends SAMPLE and waits for the BATCH reply; `in-network` — the node pushes
@@ -6,7 +6,14 @@ BATCHes ahead of demand while the learner has credit, and priority updates (whic
 credit each) flow back, so the learner never waits on a request leg.
 
 The node also relays published weights to actors (parameter-server duty) and decides when the run
-is over: the env-step budget is counted here, from what actors report they produced.
+is over: the env-step budget is counted here, from what actors report they produced; the launcher
+can end it earlier (FINISH), after which the node still takes the roles' last inserts, reports and
+goodbyes until SHUTDOWN.
+
+Nothing a peer sends can stop it: every message is decoded against its op's schema
+(`messages.decode`), every peer proves the run's secret before anything else (when the node has
+one), each op is accepted only from the roles allowed to send it, and any error while handling a
+message becomes an ERROR reply and a counter — the serve loop never sees an exception.
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ import numpy as np
 
 from rlbench.arrays import to_host
 from rlbench.metrics import Recorder
+from rlbench.runtime.distributed import messages
+from rlbench.runtime.distributed.messages import Op, WireError
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
-from rlbench.runtime.distributed.messages import Op, WireError, decode, encode, json_array, read_json, read_text, text
 
-TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
 IDLE_POLL_S = 0.02
+PRE_AUTH_OPS = (Op.HELLO, Op.AUTH)
 
 
 @dataclass
@@ -35,6 +43,24 @@ class NodeSettings:
     batch_size: int
     seconds: float | None = None
     max_message_bytes: int = 1 << 30
+    secret: bytes | None = field(default=None, repr=False)  # None: no authentication (benchmarks only)
+
+
+@dataclass
+class Peer:
+    """What the node knows of one connection."""
+
+    role: str = ""
+    index: int = 0
+    authenticated: bool = False
+    refused: bool = False  # failed authentication: every later message is refused
+    client_nonce: bytes = b""
+    node_nonce: bytes = b""
+    last_insert: int = -1  # request id of its last stored INSERT, for idempotent retries
+
+    @property
+    def name(self) -> str:
+        return f"actor-{self.index}" if self.role == "actor" else self.role
 
 
 @dataclass
@@ -49,7 +75,6 @@ class _Pending:
 class NodeState:
     produced: int = 0  # transitions actors say they produced (reported with each INSERT)
     stored: int = 0
-    rejected: int = 0  # transitions in INSERTs refused as invalid (error reply sent)
     done: bool = False
     done_reason: str = ""
     learner: int | None = None  # peer id of the learner
@@ -59,26 +84,27 @@ class NodeState:
     params: dict[str, np.ndarray] = field(default_factory=dict)
     params_version: int = -1
     reports: dict[str, Any] = field(default_factory=dict)
-    last_insert: dict[int, int] = field(default_factory=dict)  # peer -> request id, for idempotent retries
-    roles: dict[int, str] = field(default_factory=dict)
     first_insert_t: float | None = None  # perf_counter of the first INSERT (after the roles started)
     first_insert_n: int = 0
     last_insert_t: float | None = None
 
 
 class ReplayNode:
-    def __init__(self, listener: Any, memory: Any, limiter: RateLimiter, settings: NodeSettings) -> None:
+    def __init__(self, listener: Any, memory: Any, limiter: RateLimiter, settings: NodeSettings, *,
+                 prioritized: bool) -> None:
         self.listener = listener
         self.memory = memory
         self.limiter = limiter
         self.settings = settings
-        self.prioritized = bool(getattr(getattr(memory, "capabilities", None), "prioritized", False))
+        self.prioritized = prioritized
+        self.capacity = int(getattr(memory, "capacity", 0)) or None
         self.state = NodeState()
+        self.peers: dict[int, Peer] = {}
         self.recorder = Recorder()
         self.depths = Recorder()  # queue depths, in items
         self.pending_samples: deque[_Pending] = deque()
         self.pending_inserts: deque[_Pending] = deque()
-        self.finished_push_sent = False
+        self.end_pushed = False
         self.shutdown = False
         self.t0 = time.perf_counter()
         self.cpu0 = os.times()
@@ -111,169 +137,231 @@ class ReplayNode:
 
     def _reply(self, peer: int, op: Op, arrays: dict[str, Any] | None = None, request_id: int = 0) -> None:
         try:
-            self.listener.send(peer, *encode(op, arrays, request_id))
+            self.listener.send(peer, *messages.encode(op, arrays, request_id))
         except Exception as exc:  # a peer that vanished must not stop the node
             self.recorder.count(f"send_failed.{type(exc).__name__}")
 
-    def _error(self, peer: int, request_id: int, message: str) -> None:
-        self.recorder.count("errors")
-        self._reply(peer, Op.ERROR, {"message": text(message)}, request_id)
+    def _error(self, peer: int, request_id: int, message: str, counter: str) -> None:
+        self.recorder.count(counter)
+        self._reply(peer, Op.ERROR, {"message": messages.text(message[:4000])}, request_id)
 
-    def _handle(self, peer: int, message: memoryview) -> Op | None:
+    def _handle(self, peer_id: int, message: memoryview) -> Op | None:
+        """Decode, authorise and handle one message; anything wrong becomes an ERROR reply."""
         try:
-            op, request_id, arrays = decode(message, max_bytes=self.settings.max_message_bytes)
+            op, request_id, arrays = messages.decode(message, max_bytes=self.settings.max_message_bytes)
         except WireError as exc:
-            self.recorder.count("malformed")
-            self._error(peer, 0, f"malformed message: {exc}")
+            self._error(peer_id, exc.request_id, f"malformed message: {exc}", "malformed")
             return None
-        handler = self._handlers.get(op)
-        if handler is None:
-            self.recorder.count("unexpected_op")
-            self._error(peer, request_id, f"the replay node does not accept {op.name}")
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            peer = self.peers[peer_id] = Peer()
+        if peer.refused:
+            self._error(peer_id, request_id, "refused: this connection failed to authenticate", "refused_peer_messages")
+            return op
+        if not peer.authenticated and op not in PRE_AUTH_OPS:
+            self._error(peer_id, request_id, f"{op.name} before authentication (send HELLO first)", "unauthenticated")
+            return op
+        allowed = messages.ALLOWED_ROLES.get(op)
+        if op not in PRE_AUTH_OPS and (allowed is None or peer.role not in allowed):
+            self._error(peer_id, request_id, f"the replay node does not accept {op.name} from a {peer.role or 'peer'}",
+                        "forbidden")
             return op
         try:
-            handler(self, peer, request_id, arrays)
-        except (KeyError, ValueError, TypeError, IndexError) as exc:
-            self.recorder.count("rejected_requests")
-            self._error(peer, request_id, f"{op.name} refused: {type(exc).__name__}: {exc}")
+            self._handlers[op](self, peer_id, peer, request_id, arrays)
+        except Exception as exc:  # the memory's own refusals (ReplayError) and anything else
+            self._error(peer_id, request_id, f"{op.name} refused: {type(exc).__name__}: {exc}", "rejected_requests")
         return op
 
-    # -------------------------------------------------------------------------------- handlers
-    def _on_hello(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        role = read_text(arrays["role"])
-        self.state.roles[peer] = role
-        if role == "learner":
-            self.state.learner = peer
-        self._reply(peer, Op.OK, self._status(), request_id)
-
-    def _on_insert(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        if self.state.last_insert.get(peer) == request_id:  # a retry of an insert we already stored
-            self.recorder.count("duplicate_inserts")
-            self._reply(peer, Op.OK, self._status(), request_id)
+    # ----------------------------------------------------------------------------- handshake
+    def _on_hello(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        role = messages.read_text(arrays["role"])
+        if role not in messages.ROLES:
+            raise ValueError(f"unknown role {role!r} (roles: {', '.join(messages.ROLES)})")
+        peer.role, peer.index, peer.authenticated = role, int(arrays["index"]), False
+        secret = self.settings.secret
+        if secret is None:
+            self._welcome(peer_id, peer, request_id)
             return
-        missing = [f for f in TRANSITION_FIELDS if f not in arrays]
-        if missing:
-            raise ValueError(f"INSERT lacks {', '.join(missing)}")
-        produced = int(arrays["produced"]) if "produced" in arrays else len(arrays["obs"])
-        transitions = {f: arrays[f] for f in TRANSITION_FIELDS}
-        n = len(transitions["obs"])
-        if any(len(v) != n for v in transitions.values()):
-            raise ValueError("INSERT fields have different lengths")
-        priorities = arrays.get("priorities")
-        self.memory.add(transitions, priorities)
-        self.state.last_insert[peer] = request_id
+        peer.client_nonce, peer.node_nonce = bytes(arrays["nonce"]), os.urandom(messages.NONCE_BYTES)
+        proof = messages.node_proof(secret, peer.client_nonce, peer.node_nonce)
+        self._reply(peer_id, Op.CHALLENGE, {"nonce": np.frombuffer(peer.node_nonce, np.uint8),
+                                            "proof": np.frombuffer(proof, np.uint8)}, request_id)
+
+    def _on_auth(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        secret = self.settings.secret
+        if secret is None or not peer.node_nonce:
+            raise ValueError("AUTH without a CHALLENGE (send HELLO first)")
+        expected = messages.role_proof(secret, peer.role, peer.index, peer.node_nonce, peer.client_nonce)
+        peer.node_nonce = b""  # one try per challenge
+        if not messages.proofs_match(expected, arrays["proof"]):
+            peer.refused = True
+            self._error(peer_id, request_id, "authentication failed: wrong proof of the run's secret", "auth_failed")
+            drop = getattr(self.listener, "drop", None)
+            if drop is not None:
+                drop(peer_id)
+            return
+        self._welcome(peer_id, peer, request_id)
+
+    def _welcome(self, peer_id: int, peer: Peer, request_id: int) -> None:
+        peer.authenticated = True
+        if peer.role == "learner":
+            self.state.learner = peer_id
+        self.recorder.count(f"joined.{peer.role}")
+        self._reply(peer_id, Op.WELCOME, None, request_id)
+
+    # ------------------------------------------------------------------------------- data path
+    def _on_insert(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        state = self.state
+        if peer.last_insert == request_id:  # a retry of an insert we already stored
+            self.recorder.count("duplicate_inserts")
+            self._reply(peer_id, Op.INSERTED, self._inserted(), request_id)
+            return
+        produced = int(arrays["produced"])
+        n = len(arrays["obs"])
+        self.memory.add(messages.transitions_of(arrays), arrays.get("priorities"))
+        peer.last_insert = request_id
         now = time.perf_counter()
-        if self.state.first_insert_t is None:
-            self.state.first_insert_t, self.state.first_insert_n = now, produced
-        self.state.last_insert_t = now
-        self.state.produced += produced
-        self.state.stored += n
+        if state.first_insert_t is None:
+            state.first_insert_t, state.first_insert_n = now, produced
+        state.last_insert_t = now
+        state.produced += produced
+        state.stored += n
         self.limiter.inserted(n)
         self._check_deadline()
-        if self.state.done or self.limiter.can_insert(0):
-            self._reply(peer, Op.OK, self._status(), request_id)
+        if state.done or self.limiter.can_insert(0):
+            self._reply(peer_id, Op.INSERTED, self._inserted(), request_id)
         else:  # actors are ahead of the learner: hold the reply, and with it the actor
-            self.pending_inserts.append(_Pending(peer, request_id))
+            self.pending_inserts.append(_Pending(peer_id, request_id))
             self.depths.histogram("pending_inserts").record(len(self.pending_inserts))
 
-    def _on_sample(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        pending = _Pending(peer, request_id, int(arrays["batch_size"]), float(arrays["beta"]))
-        if pending.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+    def _inserted(self) -> dict[str, Any]:
+        s = self.state
+        return {"produced": np.int64(s.produced), "params_version": np.int64(s.params_version),
+                "learner_updates": np.int64(s.learner_updates), "finished": np.uint8(s.done)}
+
+    def _on_sample(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        pending = _Pending(peer_id, request_id, int(arrays["batch_size"]), float(arrays["beta"]))
+        if self.capacity is not None and pending.batch_size > self.capacity:
+            raise ValueError(f"batch_size {pending.batch_size} exceeds the memory's capacity {self.capacity}: "
+                             "it could never be served")
         self.pending_samples.append(pending)
         self.depths.histogram("pending_samples").record(len(self.pending_samples))
 
-    def _on_update_priorities(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        if "learner_updates" in arrays:
-            self.state.learner_updates = int(arrays["learner_updates"])
+    def _on_update_priorities(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        self.state.learner_updates = int(arrays["learner_updates"])
         if "credit" in arrays:
-            self.state.credit += int(arrays["credit"])
-        if "beta" in arrays:
-            self.state.beta = float(arrays["beta"])
+            self._add_credit(arrays)
         if self.prioritized and len(arrays["indices"]):
             self.memory.update_priorities(arrays["indices"], arrays["priorities"])
 
-    def _on_credit(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        self.state.learner = peer
-        self.state.credit += int(arrays["credit"])
-        self.state.beta = float(arrays.get("beta", self.state.beta))
+    def _on_credit(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        self._add_credit(arrays)
         self.depths.histogram("push_credit").record(self.state.credit)
 
-    def _on_publish(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        version = int(arrays.pop("version"))
-        self.state.params = {name: array.copy() for name, array in arrays.items()}
+    def _add_credit(self, arrays: dict[str, np.ndarray]) -> None:
+        self.state.credit = min(messages.MAX_CREDIT, self.state.credit + int(arrays["credit"]))
+        self.state.beta = float(arrays["beta"])
+
+    # ---------------------------------------------------------------------------------- weights
+    def _on_publish(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        version, weights = messages.read_weights(arrays)
+        self.state.params = {f"w{i}": w for i, w in enumerate(weights)}  # copies: the view ends at the next receive
         self.state.params_version = version
         self.state.learner_updates = max(self.state.learner_updates, version)  # one-way: no reply
 
-    def _on_fetch(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        have = int(arrays["have_version"])
-        if self.state.params_version > have:
-            self._reply(peer, Op.PARAMS, {"version": np.int64(self.state.params_version), **self.state.params}, request_id)
+    def _on_fetch(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        if self.state.params_version > int(arrays["have_version"]):
+            self._reply(peer_id, Op.PARAMS, {"version": np.int64(self.state.params_version), **self.state.params},
+                        request_id)
         else:
-            self._reply(peer, Op.OK, self._status(), request_id)
+            self._reply(peer_id, Op.CURRENT, {"finished": np.uint8(self.state.done)}, request_id)
 
-    def _on_stats(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        self._reply(peer, Op.STATS, {"json": json_array(self.report())}, request_id)
+    # ---------------------------------------------------------------------------------- control
+    def _on_status(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        s = self.state
+        actors = sum(1 for p in self.peers.values() if p.role == "actor" and p.authenticated)
+        self._reply(peer_id, Op.STATE, {
+            "finished": np.uint8(s.done), "produced": np.int64(s.produced), "stored": np.int64(s.stored),
+            "params_version": np.int64(s.params_version), "learner_updates": np.int64(s.learner_updates),
+            "actors": np.int64(actors), "done_reason": messages.text(s.done_reason)}, request_id)
 
-    def _on_bye(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
-        report = read_json(arrays["report"])
-        self.state.reports[str(report.get("role", peer))] = report
-        if self.state.learner == peer:
+    def _on_stats(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        self._reply(peer_id, Op.REPORT, {"json": messages.json_array(self.report())}, request_id)
+
+    def _on_bye(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        self.state.reports[peer.name] = messages.read_json(arrays["report"])
+        if self.state.learner == peer_id:
             self.state.learner = None
-        self._reply(peer, Op.OK, self._status(), request_id)
+        peer.authenticated = False  # it said goodbye: nothing more from it
+        self._reply(peer_id, Op.OK, None, request_id)
 
-    def _on_shutdown(self, peer: int, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+    def _on_finish(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        if not self.state.done:
+            self._finish(messages.read_text(arrays["reason"]))
+        self._reply(peer_id, Op.OK, None, request_id)
+
+    def _on_shutdown(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
         self._finish(self.state.done_reason or "shut down")
         self._release_pending()
         self.shutdown = True
-        self._reply(peer, Op.OK, self._status(), request_id)
+        self._reply(peer_id, Op.OK, None, request_id)
 
-    _handlers = {Op.HELLO: _on_hello, Op.INSERT: _on_insert, Op.SAMPLE: _on_sample,
+    _handlers = {Op.HELLO: _on_hello, Op.AUTH: _on_auth, Op.INSERT: _on_insert, Op.SAMPLE: _on_sample,
                  Op.UPDATE_PRIORITIES: _on_update_priorities, Op.CREDIT: _on_credit, Op.PUBLISH_PARAMS: _on_publish,
-                 Op.FETCH_PARAMS: _on_fetch, Op.STATS: _on_stats, Op.BYE: _on_bye, Op.SHUTDOWN: _on_shutdown}
+                 Op.FETCH_PARAMS: _on_fetch, Op.STATUS: _on_status, Op.STATS: _on_stats, Op.BYE: _on_bye,
+                 Op.FINISH: _on_finish, Op.SHUTDOWN: _on_shutdown}
 
     # --------------------------------------------------------------------------- rate limiting
-    def _status(self) -> dict[str, Any]:
-        s = self.state
-        return {"finished": np.uint8(s.done), "produced": np.int64(s.produced), "stored": np.int64(s.stored),
-                "params_version": np.int64(s.params_version), "learner_updates": np.int64(s.learner_updates)}
-
     def _batch(self, batch_size: int, beta: float) -> dict[str, Any]:
         sample = self.memory.sample(batch_size, beta)
         self.limiter.sampled(batch_size)
-        status = self._status()
-        assert not status.keys() & sample.transitions.keys(), "status fields would overwrite transitions"
         fields = {"indices": sample.indices, "weights": sample.weights, **sample.transitions}
-        return {**{name: to_host(value) for name, value in fields.items()}, **status}  # a device memory's tensors
+        return {**{name: to_host(value) for name, value in fields.items()},  # a device memory's tensors
+                "step": np.int64(self.state.produced)}
 
     def _release_pending(self) -> None:
         size = len(self.memory)
-        while self.pending_samples:
-            first = self.pending_samples[0]
-            if self.state.done:
-                self._reply(first.peer, Op.OK, self._status(), first.request_id)
-            elif self.limiter.can_sample(first.batch_size, size):
-                self._reply(first.peer, Op.BATCH, self._batch(first.batch_size, first.beta), first.request_id)
-            else:
-                break
-            self.pending_samples.popleft()
+        if self.pending_samples:
+            waiting: deque[_Pending] = deque()
+            for pending in self.pending_samples:  # each on its own: one that cannot be served blocks no other
+                if self.state.done:
+                    self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
+                elif self.limiter.can_sample(pending.batch_size, size):
+                    self._serve_sample(pending)
+                else:
+                    waiting.append(pending)
+            self.pending_samples = waiting
         if self.settings.placement == "in-network" and self.state.learner is not None:
             self._push(size)
         while self.pending_inserts and (self.state.done or self.limiter.can_insert(0)):
             first = self.pending_inserts.popleft()
-            self._reply(first.peer, Op.OK, self._status(), first.request_id)
+            self._reply(first.peer, Op.INSERTED, self._inserted(), first.request_id)
+
+    def _serve_sample(self, pending: _Pending) -> None:
+        try:
+            batch = self._batch(pending.batch_size, pending.beta)
+        except Exception as exc:
+            self._error(pending.peer, pending.request_id, f"SAMPLE refused: {type(exc).__name__}: {exc}",
+                        "rejected_requests")
+            return
+        self._reply(pending.peer, Op.BATCH, batch, pending.request_id)
 
     def _push(self, size: int) -> None:
         """In-network placement: stream prioritized batches to the learner while it has credit."""
         learner = self.state.learner
         if self.state.done:
-            if not self.finished_push_sent:
-                self._reply(learner, Op.OK, self._status())
-                self.finished_push_sent = True
+            if not self.end_pushed:
+                self._reply(learner, Op.END, {"finished": np.uint8(1)})
+                self.end_pushed = True
             return
         while self.state.credit > 0 and self.limiter.can_sample(self.settings.batch_size, size):
             t0 = time.perf_counter_ns()
-            self._reply(learner, Op.BATCH, self._batch(self.settings.batch_size, self.state.beta))
+            try:
+                batch = self._batch(self.settings.batch_size, self.state.beta)
+            except Exception as exc:
+                self.recorder.count(f"push_failed.{type(exc).__name__}")
+                return
+            self._reply(learner, Op.BATCH, batch)
             self.recorder.histogram("push.BATCH").record(time.perf_counter_ns() - t0)
             self.state.credit -= 1
 
@@ -299,4 +387,5 @@ class ReplayNode:
             "link": dict(self.listener.stats),
             "memory": self.memory.stats(),
             "size": len(self.memory),
+            "reports": s.reports,
         }

@@ -14,20 +14,22 @@ from typing import Any
 
 import numpy as np
 
+from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.metrics import Recorder
 from rlbench.plugins import get_registry
+from rlbench.runtime.distributed.channel import Channel, RemoteError
+from rlbench.runtime.distributed.messages import WireError
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
 from rlbench.runtime.distributed.replay_client import ReplayClient
 from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
-from rlbench.algorithms.common import beta_at
-from rlbench.runtime.distributed.messages import Op, json_array, text
 
 ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a round trip and the node's work)
 PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
 RATE_SLACK_BATCHES = 16  # the rate limiter's slack is at least this many learner batches
 REQUEST_TIMEOUT_S = 60.0
+NODE_LOST = (RemoteError, ConnectionError, OSError, WireError)  # what talking to a replay node that is gone raises
 
 
 @dataclass
@@ -40,6 +42,7 @@ class RoleSpec:
     index: int = 0
     total_steps: int = 0
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    secret: bytes | None = field(default=None, repr=False)  # the run's; travels with the spec, never on a command line
 
     @property
     def run_config(self) -> RunConfig:
@@ -68,16 +71,22 @@ def _histograms(recorder: Recorder) -> dict[str, Any]:
     return {name: h.to_dict() for name, h in recorder.histograms.items() if h.count}
 
 
+def connect(spec: RoleSpec, transport: Any, capabilities: Any, recorder: Recorder, role: str) -> ReplayClient:
+    """A role's authenticated channel to the replay node, and the replay client over it."""
+    connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
+    channel = Channel(connection, reliable=capabilities.reliable, timeout=REQUEST_TIMEOUT_S, recorder=recorder)
+    channel.authenticate(role, spec.index, spec.secret)
+    return ReplayClient(channel)
+
+
 # ------------------------------------------------------------------------------------- replay
 def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     """Listens, announces its address through `announce(address)`, serves until SHUTDOWN."""
     registry, config, algorithm, hp = _components(spec)
-    transport, _ = _transport(registry, spec)
+    transport, capabilities = _transport(registry, spec)
     memory_component = registry.get("replay", config.replay)
     memory = memory_component.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
                                      **spec.options.get("replay", {}))
-    if not hasattr(memory, "capabilities"):
-        memory.capabilities = memory_component.capabilities
     listener = transport.listen(spec.address or None)
     announce(listener.address)
     samples_per_insert = hp.batch_size / hp.train_every
@@ -89,8 +98,9 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     limiter = RateLimiter(samples_per_insert, max(hp.learning_starts, hp.batch_size),
                           error_buffer=error_buffer + hp.batch_size * PUSH_CREDIT)
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
-                            seconds=config.seconds)
-    node = ReplayNode(listener, memory, limiter, settings)
+                            seconds=config.seconds, max_message_bytes=capabilities.max_message_bytes,
+                            secret=spec.secret)
+    node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     try:
         return node.serve()
     finally:
@@ -101,7 +111,7 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
 def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     t0, cpu0 = time.perf_counter(), os.times()
     registry, config, algorithm, hp = _components(spec)
-    transport, caps = _transport(registry, spec)
+    transport, capabilities = _transport(registry, spec)
     seed = config.seed + 7919 * (spec.index + 1)  # actors explore differently
     env = registry.get("environment", config.env).create(num_envs=config.num_envs, seed=seed,
                                                          **spec.options.get("environment", {}))
@@ -111,11 +121,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     priorities_of = getattr(actor, "initial_priorities", None) if prioritized else None
     recorder = Recorder()
     staleness = Recorder()
-    connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
-    client = ReplayClient(connection, prioritized=False, capacity=hp.buffer_size, reliable=caps.reliable,
-                          recorder=recorder, timeout=REQUEST_TIMEOUT_S)
-    client.call(Op.HELLO, {"role": text("actor"), "index": np.int64(spec.index)})
-    version = _fetch_weights(client, actor, -1, wait=True, recorder=recorder)
+    client = connect(spec, transport, capabilities, recorder, "actor")
+    version = _fetch_weights(client, actor, -1, wait=True)
 
     n = env.spec.num_envs
     rows = max(1, ACTOR_INSERT_TRANSITIONS // n)
@@ -129,9 +136,11 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     in_flight, in_flight_rows = None, 0
     h_act, h_env = recorder.histogram("actor.inference"), recorder.histogram("env.step")
     clock = time.perf_counter_ns
+    feedback = client.feedback
+    lost = ""
     try:
-        while not client.status["finished"]:
-            global_step = client.status["produced"] + produced - stored_sent
+        while not client.finished:
+            global_step = feedback["produced"] + produced - stored_sent
             t_a = clock()
             actions = actor.act(obs, global_step)
             t_b = clock()
@@ -157,9 +166,9 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
                     client.add_finish(in_flight)
                     stored_sent += in_flight_rows
                 in_flight, in_flight_rows = _flush(client, chunk, produced - stored_sent, priorities_of)
-                staleness.histogram("weights_staleness").record(client.status["learner_updates"] - version)
-                if client.status["params_version"] > version:
-                    version = _fetch_weights(client, actor, version, wait=False, recorder=recorder)
+                staleness.histogram("weights_staleness").record(feedback["learner_updates"] - version)
+                if feedback["params_version"] > version:
+                    version = _fetch_weights(client, actor, version, wait=False)
         if in_flight is not None:
             client.add_finish(in_flight)
             stored_sent += in_flight_rows
@@ -167,19 +176,30 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             pending, rows_sent = _flush(client, chunk, produced - stored_sent, priorities_of)
             client.add_finish(pending)
             stored_sent += rows_sent
+    except NODE_LOST as exc:  # the run goes on without us: report what we produced and what was acknowledged
+        lost = f"lost the replay node: {type(exc).__name__}: {exc}"
     finally:
         env.close()
-    lost_unsent = produced - stored_sent
-    if lost_unsent:
-        dropped["never sent"] = lost_unsent
+    if produced > stored_sent:
+        dropped["lost with the replay node (never acknowledged)" if lost else "never sent"] = produced - stored_sent
     report = {"role": f"actor-{spec.index}", "produced": produced, "sent": stored_sent, "dropped": dropped,
               "weights_version": version, "curve": curve, "histograms": _histograms(recorder),
               "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
               if "weights_staleness" in staleness.histograms else {"count": 0},
-              "counters": dict(recorder.counters), "link": dict(connection.stats), **_times(t0, cpu0)}
-    client.call(Op.BYE, {"report": json_array({k: v for k, v in report.items() if k != "curve"})})
-    connection.close()
+              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, **_times(t0, cpu0)}
+    _leave(client, {k: v for k, v in report.items() if k != "curve"}, lost)
     return report
+
+
+def _leave(client: ReplayClient, report: dict[str, Any], lost: str) -> None:
+    """Say goodbye with the final counters, unless the node is gone."""
+    try:
+        if not lost:
+            client.bye(report)
+    except NODE_LOST:
+        pass
+    finally:
+        client.channel.close()
 
 
 def _flush(client: ReplayClient, chunk: dict[str, list], produced: int, priorities_of=None):
@@ -192,19 +212,16 @@ def _flush(client: ReplayClient, chunk: dict[str, list], produced: int, prioriti
     return pending, len(transitions["obs"])
 
 
-def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool, recorder: Recorder) -> int:
+def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool) -> int:
     """Pick up newer weights from the replay node; at start, wait until the learner published."""
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
     while True:
-        with recorder.time("weights.FETCH"):
-            op, arrays = client.call(Op.FETCH_PARAMS, {"have_version": np.int64(have)})
-        if op == Op.PARAMS:
-            version = int(arrays["version"])
-            count = sum(1 for name in arrays if name[0] == "w" and name[1:].isdigit())
-            weights = [np.array(arrays[f"w{i}"]) for i in range(count)]
+        got = client.fetch_params(have)
+        if got is not None:
+            version, weights = got
             actor.load_weights(weights, version)
             return version
-        if not wait or client.status["finished"]:
+        if not wait or client.finished:
             return have
         if time.monotonic() > deadline:
             raise TimeoutError("the learner never published weights")
@@ -215,50 +232,45 @@ def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool, r
 def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     t0, cpu0 = time.perf_counter(), os.times()
     registry, config, algorithm, hp = _components(spec)
-    transport, caps = _transport(registry, spec)
-    probe_env = registry.get("environment", config.env).create(num_envs=1, seed=config.seed)
+    transport, capabilities = _transport(registry, spec)
+    probe_env = registry.get("environment", config.env).create(num_envs=1, seed=config.seed,
+                                                               **spec.options.get("environment", {}))
     env_spec = probe_env.spec
     probe_env.close()
     compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
     learner = algorithm.make_learner(env_spec, compute, hp, config.seed)
     prioritized = registry.get("replay", config.replay).capabilities.prioritized
     recorder = Recorder()
-    connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
-    client = ReplayClient(connection, prioritized=prioritized, capacity=hp.buffer_size, reliable=caps.reliable,
-                          recorder=recorder, timeout=REQUEST_TIMEOUT_S)
-    client.call(Op.HELLO, {"role": text("learner")})
+    client = connect(spec, transport, capabilities, recorder, "learner")
     in_network = config.placement == "in-network"
-
-    def publish() -> None:
-        with recorder.time("weights.PUBLISH"):
-            arrays = {f"w{i}": w for i, w in enumerate(learner.weights())}
-            client.send(Op.PUBLISH_PARAMS, {"version": np.int64(learner.updates), **arrays})
-
-    publish()
+    client.publish_params(learner.weights(), learner.updates)
     beta = beta_at(hp, 0, spec.total_steps)
     if in_network:
-        client.send(Op.CREDIT, {"credit": np.int64(PUSH_CREDIT), "beta": np.float64(beta)})
+        client.credit(PUSH_CREDIT, beta)
     h_learn = recorder.histogram("learner.update")
     updates = samples = 0
-    while True:
-        sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(hp.batch_size, beta)
-        if sample is None:
-            break
-        t_a = time.perf_counter_ns()
-        priorities, _ = learner.update(sample)
-        h_learn.record(time.perf_counter_ns() - t_a)
-        updates += 1
-        samples += len(sample.indices)
-        beta = beta_at(hp, client.status["produced"], spec.total_steps)
-        extra = {"learner_updates": np.int64(learner.updates)}
-        if in_network:
-            extra.update(credit=np.int64(1), beta=np.float64(beta))
-        client.update_priorities(sample.indices, priorities if prioritized else np.empty(0), **extra)
-        if updates % hp.publish_every == 0:
-            publish()
-    publish()  # final weights, for evaluation
+    nothing = (np.empty(0, np.int64), np.empty(0))  # a uniform memory takes no priorities
+    lost = ""
+    try:
+        while True:
+            sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(hp.batch_size, beta)
+            if sample is None:
+                break
+            t_a = time.perf_counter_ns()
+            priorities, _ = learner.update(sample)
+            h_learn.record(time.perf_counter_ns() - t_a)
+            updates += 1
+            samples += len(sample.indices)
+            beta = beta_at(hp, client.step, spec.total_steps)
+            indices, priorities = (sample.indices, to_host(priorities)) if prioritized else nothing
+            client.update_priorities(indices, priorities, learner_updates=learner.updates,
+                                     credit=1 if in_network else None, beta=beta)
+            if updates % hp.publish_every == 0:
+                client.publish_params(learner.weights(), learner.updates)
+        client.publish_params(learner.weights(), learner.updates)  # final weights, for evaluation
+    except NODE_LOST as exc:
+        lost = f"lost the replay node: {type(exc).__name__}: {exc}"
     report = {"role": "learner", "updates": updates, "samples": samples, "histograms": _histograms(recorder),
-              "counters": dict(recorder.counters), "link": dict(connection.stats), **_times(t0, cpu0)}
-    client.call(Op.BYE, {"report": json_array(report)})
-    connection.close()
+              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, **_times(t0, cpu0)}
+    _leave(client, report, lost)
     return report
