@@ -14,8 +14,7 @@ FLOOR = "opencl-floor"  # not a replay: the round's OpenCL calls with an empty k
 
 
 def run_bench(*, capacity: int, batch_size: int, rounds: int, seconds: float) -> dict[str, Any]:
-    from rlbench.kit.bench import pin_one_thread
-    from rlbench.kit.bench import interleaved_medians
+    from rlbench.kit.bench import interleaved_medians, pin_one_thread
     from rlbench_fpga.device import default_context
 
     threads: dict[str, Any] = {key: os.environ.get(key) for key in ("POCL_DEVICES", "POCL_MAX_PTHREAD_COUNT", "OMP_NUM_THREADS")}
@@ -66,8 +65,8 @@ def _replay_subjects(capacity: int, batch_size: int) -> tuple[dict[str, Any], in
 
     fpga = memories["fpga"]
     subjects = {name: round_of(memory) for name, memory in memories.items()}
-    subjects[FLOOR] = _dispatch_floor(batch_size, fpga._layout.itemsize)
-    return subjects, fpga.depth, fpga._layout.itemsize
+    subjects[FLOOR] = _dispatch_floor(batch_size, fpga.record_bytes)
+    return subjects, fpga.depth, fpga.record_bytes
 
 
 def _dispatch_floor(batch_size: int, row_bytes: int) -> Any:

@@ -20,7 +20,7 @@ def fpga() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def devices_command(as_json: bool) -> None:
     """OpenCL platforms and devices, which one the kernels use and why, or what to install."""
-    from rlbench_fpga import device
+    from rlbench_fpga import device, icd
 
     rows = [device.describe(d).as_dict() for d in device.all_devices()]
     try:
@@ -28,7 +28,7 @@ def devices_command(as_json: bool) -> None:
         choice: dict[str, Any] = {"device": device.describe(chosen).as_dict(), "why": why}
     except device.OpenclDeviceError as error:
         choice = {"device": None, "why": str(error)}
-    report = {"devices": rows, "chosen": choice, "emulator_library": device.emulator_library(),
+    report = {"devices": rows, "chosen": choice, "emulator_library": icd.emulator_library(),
               "OCL_ICD_VENDORS": os.environ.get("OCL_ICD_VENDORS")}
     if as_json:
         click.echo(json.dumps(report, indent=2))

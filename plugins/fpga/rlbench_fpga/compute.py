@@ -14,9 +14,9 @@ import pyopencl as cl
 
 from rlbench.kit.tabular import TabularInputError, TdBatch, check_step_sizes, prepare_batch
 from rlbench_fpga import device as devices
+from rlbench_fpga.capabilities import COMPUTE_CAPABILITIES, LEARNER_NOTE
 from rlbench_fpga.mlp import OpenclMLP
 from rlbench_fpga.perf_model import DEFAULT_BOARD, tabular_seconds
-from rlbench_fpga.plugin import COMPUTE_CAPABILITIES, LEARNER_NOTE
 from rlbench_fpga.program import build
 
 

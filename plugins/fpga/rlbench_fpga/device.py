@@ -13,11 +13,7 @@ pyopencl lists platforms for the first time, so this module does it before impor
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import sys
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -34,7 +30,7 @@ class OpenclDeviceError(RlbenchError):
     """No usable OpenCL device, or a kernel that will not build on the chosen one."""
 
 
-from rlbench_fpga.icd import EMULATOR_LIBRARY, emulator_library, register_emulator  # noqa: E402
+from rlbench_fpga.icd import register_emulator  # noqa: E402
 
 register_emulator()
 # PoCL's "basic" CPU driver runs each command in the thread that waits for it; its default "pthread"

@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 from rlbench.hookspecs import hookimpl
-from rlbench.protocols import ComputeCapabilities, Probe, ReplayCapabilities, probe_modules
-
-LEARNER_NOTE = "learner runs on torch CPU"
-COMPUTE_CAPABILITIES = ComputeCapabilities(
-    roles=frozenset({"dqn:actor", "ddpg:actor", "dqn:learner", "ddpg:learner", "qlearning:tabular", "sarsa:tabular"}),
-    device="opencl",
-    does_not=f"no OpenCL training kernels: the dqn/ddpg {LEARNER_NOTE} (torch.device('cpu')); the OpenCL "
-             "kernels run actor MLP inference and tabular Q-learning/SARSA updates",
-)
-REPLAY_CAPABILITIES = ReplayCapabilities(prioritized=True, device="opencl")
+from rlbench.protocols import Probe, probe_modules
+from rlbench_fpga.capabilities import COMPUTE_CAPABILITIES, LEARNER_NOTE, REPLAY_CAPABILITIES
 
 
 @hookimpl

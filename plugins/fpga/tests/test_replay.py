@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from rlbench import get_registry
 from rlbench.errors import RlbenchError
-from rlbench.plugins import get_registry
 from rlbench.testing import check_replay_memory
 from rlbench_fpga.replay import FpgaReplay, tree_shape
 
@@ -70,6 +70,27 @@ def test_sampled_rows_and_weights_come_back_from_the_device():
     np.testing.assert_array_equal(sample.transitions["done"], batch["done"][sample.indices])
     scaled = memory.priorities(np.arange(1000))
     np.testing.assert_allclose(sample.weights, (scaled[sample.indices] / scaled.min()) ** -0.4, rtol=1e-5)
+
+
+def test_a_priority_beyond_float32_is_refused_and_nothing_changes():
+    memory = FpgaReplay(8, alpha=1.0, seed=0, fanout=2)
+    memory.add(_cartpole(np.random.default_rng(6), 4), np.ones(4))
+    with pytest.raises(RlbenchError, match=r"priority 1e\+39 is invalid: the device stores float32 priorities"):
+        memory.update_priorities(np.array([0, 1]), np.array([2.0, 1e39]))
+    with pytest.raises(RlbenchError, match="float32"):
+        memory.add(_cartpole(np.random.default_rng(7), 2), np.array([1e39, 1.0]))
+    assert len(memory) == 4 and memory.stats()["max_priority_seen"] == 1.0
+    np.testing.assert_allclose(memory.priorities(np.arange(4)), np.ones(4))
+
+
+def test_a_refused_first_batch_does_not_fix_the_layout():
+    memory = FpgaReplay(8, alpha=1.0, seed=0, fanout=2)
+    with pytest.raises(RlbenchError, match="got 3 indices but 2 priorities"):
+        memory.add(_cartpole(np.random.default_rng(8), 3), np.ones(2))
+    assert memory.record_bytes == 0 and memory.stats()["fields"] == {}
+    memory.add({"obs": np.zeros((2, 3), dtype=np.float16)})  # 6 bytes, padded to two 32-bit words
+    assert memory.record_bytes == 8 and memory.stats()["fields"] == {"obs": "float16[3]"}
+    np.testing.assert_array_equal(memory.sample(4).transitions["obs"], np.zeros((4, 3), dtype=np.float16))
 
 
 def test_every_priority_zero_is_refused_with_one_line():

@@ -5,13 +5,14 @@
   the core's gymnasium envs, ratios to the core's env.
 - `rlbench gpu replay`: the learner's replay cycle, sample(batch) + update_priorities(batch), of
   replay gpu beside the core's `prioritized` on the host, at capacity 1,000,000 by default.
-- `rlbench gpu dqn`: DQN end to end through the core's replay loop, gpu env + gpu replay + gpu
-  compute beside gymnasium env + prioritized + cpu compute, same hyperparameters and budget.
+- `rlbench gpu dqn`: DQN end to end through `rlbench.run`, gpu env + gpu replay + gpu compute beside
+  gymnasium env + prioritized + cpu compute, same hyperparameters and budget.
 
-Each takes --device: "cuda" when torch sees a GPU, else "cpu", which runs the gpu plugin's code on
-the host and labels every figure so (useful for CI, not a GPU figure). Torch and numpy's BLAS are
-pinned to one thread so the CPU peers are single-threaded. CUDA timings end with a synchronize.
-Only click is imported at module level.
+`bench env` and `gpu replay` take --device: "cuda" when torch sees a GPU, else "cpu", which runs the
+gpu plugin's code on the host and labels every figure so (useful for CI, not a GPU figure). `gpu dqn`
+runs the registered components, which need CUDA. Torch and numpy's BLAS are pinned to one thread
+so the CPU peers are single-threaded. CUDA timings end with a synchronize. Only click is imported
+at module level.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any, Callable
 import click
 
 ROUNDS = 5
+GPU_SIDE = "gpu env + gpu replay + gpu compute"
+CPU_SIDE = "gymnasium env + prioritized + cpu compute"
 
 
 def _device_option(function: Callable) -> Callable:
@@ -74,7 +77,7 @@ def measure_environments(device: Any, num_envs: int, seconds: float) -> list[dic
     import numpy as np
     import torch
 
-    from rlbench.builtin.envs import GymnasiumEnv
+    import rlbench
     from rlbench_gpu.device import synchronize
     from rlbench_gpu.envs import BatchedCartPole, BatchedPendulum
 
@@ -105,7 +108,7 @@ def measure_environments(device: Any, num_envs: int, seconds: float) -> list[dic
                                                       seconds, num_envs)})
     vector.close()
     for env_id, discrete in (("CartPole-v1", True), ("Pendulum-v1", False)):
-        core = GymnasiumEnv(env_id, num_envs=num_envs, seed=0)
+        core = rlbench.get_registry().get("environment", env_id).create(num_envs=num_envs, seed=0)
         core.reset()
         if discrete:
             step = lambda: core.step(rng.integers(0, 2, num_envs))  # noqa: E731
@@ -148,14 +151,15 @@ def measure_replay(device: Any, capacity: int, batch_size: int, seconds: float) 
     import numpy as np
     import torch
 
+    import rlbench
     from rlbench.kit.bench import cartpole_batch
-    from rlbench.builtin.replay import PrioritizedReplay
     from rlbench_gpu.device import synchronize
     from rlbench_gpu.replay import GpuPrioritizedReplay
 
     rng = np.random.default_rng(0)
+    core = rlbench.get_registry().get("replay", "prioritized")
     memories = {"gpu": GpuPrioritizedReplay(capacity, alpha=0.6, seed=0, device=device),
-                "prioritized (core, host)": PrioritizedReplay(capacity, alpha=0.6, seed=0)}
+                "prioritized (core, host)": core.create(capacity=capacity, alpha=0.6, seed=0)}
     fill = {}
     for name, memory in memories.items():
         start = time.perf_counter()
@@ -186,45 +190,37 @@ def measure_replay(device: Any, capacity: int, batch_size: int, seconds: float) 
 
 # ----------------------------------------------------------------------------------------------- dqn
 def measure_dqn(device: Any, num_envs: int, steps: int, overrides: dict[str, Any]) -> dict[str, Any]:
-    """One DQN run per side through the core's replay loop; env steps/s of each."""
-    from rlbench.algorithms.dqn import DQN
-    from rlbench.config import RunConfig, apply_overrides
-    from rlbench.plugins import get_registry
-    from rlbench.runtime.context import Budget, RunContext
-    from rlbench.runtime.replay_loop import run_replay_loop
-    from rlbench_gpu.compute import GpuCompute
-    from rlbench_gpu.device import synchronize
-    from rlbench_gpu.envs import BatchedCartPole
-    from rlbench_gpu.replay import GpuPrioritizedReplay
+    """One DQN run per side through rlbench.run (placement local: the core's loop), same
+    hyperparameters and budget, no evaluation; each side's steady env steps/s (start-up excluded)
+    where the result has it, else over the whole run."""
+    import rlbench
 
-    registry = get_registry()
-    algorithm = DQN()
-    hp = apply_overrides(DQN.Config, overrides)
-    sides = {
-        "gpu env + gpu replay + gpu compute": lambda: (
-            BatchedCartPole(num_envs, seed=0, device=device, output="torch"),
-            GpuPrioritizedReplay(hp.buffer_size, alpha=hp.per_alpha, seed=0, device=device),
-            GpuCompute(device)),
-        "gymnasium env + prioritized + cpu compute": lambda: (
-            registry.get("environment", "CartPole-v1").create(num_envs=num_envs, seed=0),
-            registry.get("replay", "prioritized").create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=0),
-            registry.get("compute", "cpu").create()),
-    }
+    same = dict(num_envs=num_envs, steps=steps, eval_episodes=0, out=None, hyperparameters=dict(overrides))
+    configs = {GPU_SIDE: rlbench.RunConfig(env="gpu/CartPole-v1", replay="gpu", compute="gpu",
+                                           options={"compute": {"device": device.index}}, **same),
+               CPU_SIDE: rlbench.RunConfig(env="CartPole-v1", replay="prioritized", compute="cpu", **same)}
     results = {}
-    for name, build in sides.items():
-        env, replay, compute = build()
-        config = RunConfig(num_envs=num_envs, steps=steps, seed=0)
-        ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
-                         budget=Budget(total_steps=steps), replay_capabilities=replay.capabilities)
-        start = time.perf_counter()
-        stats = run_replay_loop(ctx)
-        synchronize(device)
-        wall = time.perf_counter() - start
-        env.close()
-        results[name] = {"env_steps": stats.env_steps, "updates": stats.updates, "wall_s": wall,
-                         "env_steps_per_s": stats.env_steps / wall, "updates_per_s": stats.updates / wall}
-    gpu, cpu = results.values()
-    return {"results": results, "ratio": gpu["env_steps_per_s"] / cpu["env_steps_per_s"]}
+    for name, config in configs.items():
+        result = rlbench.run(config)
+        throughput = result["throughput"]
+        steady = throughput.get("steady_env_steps_per_s")
+        results[name] = {"env_steps": throughput["env_steps"], "updates": throughput["updates"],
+                         "wall_s": result["timing"]["wall_s"], "env_steps_per_s": steady or throughput["env_steps_per_s"],
+                         "rate": "steady" if steady else "whole run", "updates_per_s": throughput["updates_per_s"]}
+    return {"results": results, "ratio": results[GPU_SIDE]["env_steps_per_s"] / results[CPU_SIDE]["env_steps_per_s"]}
+
+
+def _hp_value(text: str) -> Any:
+    """A --hp value as a run file writes it (TOML: 64, 3e-4, true, [64, 64]; 64,64 too); a bare word
+    stays a string."""
+    import tomllib
+
+    for candidate in (text, f"[{text}]"):
+        try:
+            return tomllib.loads(f"value = {candidate}")["value"]
+        except tomllib.TOMLDecodeError:
+            pass
+    return text
 
 
 @click.group("gpu")
@@ -235,11 +231,12 @@ def gpu() -> None:
 @gpu.command("info")
 def info_command() -> None:
     """Whether CUDA is usable here, and what the devices are."""
-    from rlbench_gpu.plugin import probe, rlbench_fingerprint
+    from rlbench_gpu.capabilities import probe
+    from rlbench_gpu.fingerprint import gpu_fingerprint
 
     found = probe()
     click.echo(json.dumps({"available": found.available, "reason": found.reason,
-                           "fingerprint": rlbench_fingerprint()}, indent=2))
+                           "fingerprint": gpu_fingerprint()}, indent=2))
 
 
 @gpu.command("replay")
@@ -270,27 +267,31 @@ def replay_command(capacity: int, batch_size: int, seconds: float, device: str |
 @click.option("--hp", multiple=True, metavar="KEY=VALUE",
               help="DQN hyperparameter override, both sides [default: train_every=64 learning_starts=20000 "
                    "buffer_size=200000]")
-@_device_option
+@click.option("--device", default="cuda", show_default=True, metavar="DEVICE",
+              help="cuda or cuda:N: the gpu side runs the registered gpu components, which need CUDA")
 @click.option("--json", "as_json", is_flag=True)
-def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str | None, as_json: bool) -> None:
+def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str, as_json: bool) -> None:
     """DQN end to end, env steps/s: gpu env + replay + compute beside gymnasium + prioritized + cpu."""
-    from rlbench.config import parse_value
-
     overrides: dict[str, Any] = {"train_every": 64, "learning_starts": 20_000, "buffer_size": 200_000}
     for item in hp:
         key, sep, raw = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--hp")
-        overrides[key.strip()] = parse_value(raw)
+        overrides[key.strip()] = _hp_value(raw.strip())
     resolved, pinned, label = _setup(device)
+    if resolved.type != "cuda":
+        from rlbench_gpu.device import GpuError
+
+        raise GpuError(f"gpu dqn runs the registered gpu components (rlbench.run), which run on CUDA only; "
+                       f"--device {device} is for `rlbench gpu replay` and `rlbench bench env`")
     report = {"device": label, "num_envs": num_envs, "steps": steps, "hyperparameters": overrides,
               "threads": pinned, **measure_dqn(resolved, num_envs, steps, overrides)}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
     click.echo(f"# DQN CartPole, {num_envs} envs, {steps:,} env steps per side, hp {overrides}; gpu side on {label}")
-    click.echo(f"# threads: {pinned}; the core replay loop (numpy between components)")
+    click.echo(f"# threads: {pinned}; rlbench.run, placement local (the core's loop), no evaluation")
     for name, row in report["results"].items():
-        click.echo(f"{name:<44} {row['env_steps_per_s']:>12,.0f} env steps/s  {row['updates_per_s']:>9,.0f} updates/s  "
-                   f"{row['wall_s']:.1f} s")
+        click.echo(f"{name:<44} {row['env_steps_per_s']:>12,.0f} env steps/s ({row['rate']})  "
+                   f"{row['updates_per_s']:>9,.0f} updates/s  {row['wall_s']:.1f} s")
     click.echo(f"gpu / cpu env steps/s: x{report['ratio']:.2f}")

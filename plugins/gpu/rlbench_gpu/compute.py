@@ -13,18 +13,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from rlbench.kit.compute import check_activation, check_mlp_weights
 from rlbench.errors import RlbenchError
-from rlbench.protocols import ComputeCapabilities
+from rlbench.kit.compute import check_activation, check_mlp_weights
+from rlbench_gpu.capabilities import COMPUTE_CAPABILITIES, on_device
 from rlbench_gpu.device import device_fingerprint, resolve_device
 
-ROLES = frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner"})
-DOES_NOT = "no tabular engine: Q-learning and SARSA run on compute cpu (or upmem)"
 _ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "identity": lambda x: x}
-
-
-def capabilities(device_type: str) -> ComputeCapabilities:
-    return ComputeCapabilities(roles=ROLES, device=device_type, does_not=DOES_NOT)
 
 
 class TorchMLP:
@@ -82,7 +76,7 @@ class GpuCompute:
 
     def __init__(self, device: Any = "cuda", *, tf32: bool = False) -> None:
         self.device = resolve_device(device)
-        self.capabilities = capabilities(self.device.type)
+        self.capabilities = on_device(COMPUTE_CAPABILITIES, self.device.type)
         # TF32 trades ~1e-3 relative matmul precision for speed on Ampere+; off unless asked for.
         self.tf32 = bool(tf32)
         if self.device.type == "cuda":
@@ -101,7 +95,7 @@ class GpuCompute:
                         output_activation=output_activation)
 
     def tabular(self, n_states: int, n_actions: int) -> Any:
-        raise RlbenchError(f"compute gpu has {DOES_NOT}")
+        raise RlbenchError(f"compute gpu has {COMPUTE_CAPABILITIES.does_not}")
 
     def fingerprint(self) -> dict[str, Any]:
         return {**device_fingerprint(self.device), "tf32": self.tf32}

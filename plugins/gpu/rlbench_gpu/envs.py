@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rlbench.protocols import EnvSpec, StepResult
+from rlbench_gpu.capabilities import ENVIRONMENT_CAPABILITIES
 from rlbench_gpu.device import GpuError, resolve_device
 
 OUTPUTS = ("numpy", "torch")
@@ -32,6 +33,7 @@ STATE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 class BatchedTensorEnv:
     """Shared machinery: state rows, step counters, auto-reset, output conversion, CUDA graphs."""
 
+    env_id: str  # as registered; its limits come from the registered capabilities
     state_size: int
     max_episode_steps: int
 
@@ -161,8 +163,9 @@ class BatchedTensorEnv:
 class BatchedCartPole(BatchedTensorEnv):
     """gymnasium's CartPole-v1 (euler integrator, reward 1 per step including the last, 500-step limit)."""
 
+    env_id = "gpu/CartPole-v1"
     state_size = 4
-    max_episode_steps = 500
+    max_episode_steps = ENVIRONMENT_CAPABILITIES[env_id].max_episode_steps
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
     total_mass = masspole + masscart
     polemass_length = masspole * length
@@ -171,8 +174,9 @@ class BatchedCartPole(BatchedTensorEnv):
 
     def __init__(self, num_envs: int = 1, *, seed: int | None = None, device: Any = "cuda", dtype: str = "float64",
                  output: str = "numpy", graph: bool = False) -> None:
-        spec = EnvSpec(id="gpu/CartPole-v1", num_envs=int(num_envs), observation_shape=(4,), observation_dtype="float32",
-                       action_kind="discrete", n_actions=2, max_episode_steps=500, reward_threshold=475.0,
+        spec = EnvSpec(id=self.env_id, num_envs=int(num_envs), observation_shape=(4,), observation_dtype="float32",
+                       action_kind="discrete", n_actions=2, max_episode_steps=self.max_episode_steps,
+                       reward_threshold=ENVIRONMENT_CAPABILITIES[self.env_id].reward_threshold,
                        note="batched tensor CartPole-v1 (gymnasium dynamics)")
         super().__init__(spec, seed=seed, device=device, dtype=dtype, output=output, graph=graph)
 
@@ -216,15 +220,16 @@ class BatchedCartPole(BatchedTensorEnv):
 class BatchedPendulum(BatchedTensorEnv):
     """gymnasium's Pendulum-v1 (g = 10, never terminates, 200-step limit)."""
 
+    env_id = "gpu/Pendulum-v1"
     state_size = 2
-    max_episode_steps = 200
+    max_episode_steps = ENVIRONMENT_CAPABILITIES[env_id].max_episode_steps
     max_speed, max_torque, dt, g, m, l = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
 
     def __init__(self, num_envs: int = 1, *, seed: int | None = None, device: Any = "cuda", dtype: str = "float64",
                  output: str = "numpy", graph: bool = False) -> None:
-        spec = EnvSpec(id="gpu/Pendulum-v1", num_envs=int(num_envs), observation_shape=(3,), observation_dtype="float32",
+        spec = EnvSpec(id=self.env_id, num_envs=int(num_envs), observation_shape=(3,), observation_dtype="float32",
                        action_kind="continuous", action_shape=(1,), action_low=(-2.0,), action_high=(2.0,),
-                       max_episode_steps=200, note="batched tensor Pendulum-v1 (gymnasium dynamics)")
+                       max_episode_steps=self.max_episode_steps, note="batched tensor Pendulum-v1 (gymnasium dynamics)")
         super().__init__(spec, seed=seed, device=device, dtype=dtype, output=output, graph=graph)
 
     def _initial_states(self, n: int) -> torch.Tensor:
@@ -258,7 +263,7 @@ class BatchedPendulum(BatchedTensorEnv):
         return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=1).to(torch.float32)
 
 
-ENVIRONMENTS = {"gpu/CartPole-v1": BatchedCartPole, "gpu/Pendulum-v1": BatchedPendulum}
+ENVIRONMENTS = {env.env_id: env for env in (BatchedCartPole, BatchedPendulum)}
 
 
 def make(env_id: str, num_envs: int = 1, *, seed: int | None = None, device: Any = "cuda", **options: Any) -> BatchedTensorEnv:

@@ -7,72 +7,29 @@ device="cpu" for tests (see README: "CPU device").
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 from rlbench.hookspecs import hookimpl
-from rlbench.protocols import (
-    ComputeCapabilities,
-    EnvironmentCapabilities,
-    Probe,
-    ReplayCapabilities,
-    probe_modules,
-)
-
-ROLES = frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner"})
-ENVIRONMENTS = {  # id: (action space, max episode steps, reward threshold)
-    "gpu/CartPole-v1": ("discrete", 500, 475.0),
-    "gpu/Pendulum-v1": ("continuous", 200, None),
-}
-REPLAY_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
-
-
-def probe() -> Probe:
-    """Cheap on purpose (`rlbench list` runs it; torch is not imported): a CUDA build of torch per its
-    package metadata, and a CUDA device per the driver (libcuda through ctypes). The factories check
-    again through torch when a component is built."""
-    found = probe_modules("torch", "numpy", hint="pip install torch (a CUDA build) numpy")
-    if not found.available:
-        return found
-    import ctypes
-    from importlib.metadata import version
-
-    torch_version = version("torch")
-    if torch_version.endswith("+cpu"):
-        return Probe.missing(f"no CUDA device: torch {torch_version} is a CPU-only build (install a CUDA build of torch)")
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return Probe.missing("no CUDA device: the NVIDIA driver (libcuda.so.1) is not installed")
-    count = ctypes.c_int(0)
-    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
-        return Probe.missing("no CUDA device: the NVIDIA driver reports none")
-    return Probe.ok(f"{count.value} CUDA device(s) (per the driver)")
+from rlbench_gpu.capabilities import COMPUTE_CAPABILITIES, ENVIRONMENT_CAPABILITIES, REPLAY_CAPABILITIES, probe
+from rlbench_gpu.fingerprint import gpu_fingerprint
 
 
 @hookimpl
 def rlbench_register_compute_backends(register):
-    register("gpu", "rlbench_gpu.compute:GpuCompute", probe=probe,
-             capabilities=ComputeCapabilities(roles=ROLES, device="cuda",
-                                              does_not="no tabular engine: Q-learning and SARSA run on compute cpu"),
+    register("gpu", "rlbench_gpu.compute:GpuCompute", probe=probe, capabilities=COMPUTE_CAPABILITIES,
              description="torch on a CUDA device: dqn/ddpg learner and batched actor inference")
 
 
 @hookimpl
 def rlbench_register_replay_memories(register):
-    register("gpu", "rlbench_gpu.replay:GpuPrioritizedReplay", probe=probe,
-             capabilities=ReplayCapabilities(prioritized=True, dtypes=REPLAY_DTYPES, device="cuda",
-                                                            accepts_tensors=True),
+    register("gpu", "rlbench_gpu.replay:GpuPrioritizedReplay", probe=probe, capabilities=REPLAY_CAPABILITIES,
              description="proportional prioritized replay with storage and a two-level sum tree in GPU memory")
 
 
 @hookimpl
 def rlbench_register_environments(register):
-    for env_id, (action, max_steps, threshold) in ENVIRONMENTS.items():
-        register(env_id, functools.partial(_make_environment, env_id), probe=probe,
-                 capabilities=EnvironmentCapabilities(action_space=action, observation_space="continuous",
-                                                      max_episode_steps=max_steps, reward_threshold=threshold,
-                                                      device="cuda"),
+    for env_id, capabilities in ENVIRONMENT_CAPABILITIES.items():
+        register(env_id, functools.partial(_make_environment, env_id), probe=probe, capabilities=capabilities,
                  description=f"{env_id.split('/')[1]} as batched tensor ops on the GPU (gymnasium's dynamics)")
 
 
@@ -104,18 +61,7 @@ def rlbench_register_commands(cli):
 
 @hookimpl
 def rlbench_fingerprint():
-    """Cheap when there is no NVIDIA driver (nothing imported); otherwise torch's view of each GPU."""
-    if not os.path.exists("/proc/driver/nvidia/version"):
-        return {"available": False, "reason": "no NVIDIA driver loaded (/proc/driver/nvidia/version is absent)"}
-    found = probe()
-    if not found.available:
-        return {"available": False, "reason": found.reason}
-    import torch
-
-    from rlbench_gpu.device import device_fingerprint
-
-    return {"available": True, "devices": [device_fingerprint(torch.device("cuda", i))
-                                           for i in range(torch.cuda.device_count())]}
+    return gpu_fingerprint()
 
 
 # -- NVML energy for runs that use a gpu component ----------------------------------------------------

@@ -1,6 +1,6 @@
 """Replay `gpu`: proportional prioritized replay whose storage and priority tree live on the device.
 
-Same semantics as the core's `prioritized` memory (rlbench/builtin/replay.py): P(i) = p_i**alpha /
+Same semantics as the core's `prioritized` memory: P(i) = p_i**alpha /
 sum_j p_j**alpha, stratified sampling (draw k falls in the k-th of batch_size equal slices of the
 total mass), importance weights (N P(i))**-beta / max_j (N P(j))**-beta with the maximum over the
 whole memory, FIFO overwrite, new items get the largest priority seen so far (starting at 1.0), a
@@ -13,6 +13,12 @@ searchsorted: a handful of kernels for the whole batch, whatever the depth a bin
 have. An update writes the leaves and recomputes the sums and minima of the blocks it touched. No
 Python loop over items or levels, no host round trip except the validity check of device inputs.
 
+Input is checked as the core's memories check it, with the public kit (rlbench.kit.replay): the
+transition layout (dtypes, row shapes, batch lengths) from tensors' metadata alone, and numpy
+indices and priorities on the host before they are copied over. Device tensors of indices and
+priorities are checked where they are, in one sync; only a refused update is copied to the host,
+for the kit to say what is wrong with it.
+
 Arrays given as numpy are copied to the device; torch tensors are used where they are. Samples
 come back as numpy arrays when the memory is on the CPU device and as device tensors on CUDA, so
 the learner's batch never crosses to the host.
@@ -20,35 +26,18 @@ the learner's batch never crosses to the host.
 
 from __future__ import annotations
 
-import functools
-
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
-from rlbench.kit.checks import non_negative, positive_int
-from rlbench.errors import RlbenchError
-from rlbench.protocols import ReplayCapabilities, Sample
+from rlbench.kit.replay import (ReplayError, TransitionLayout, check_sample, non_negative_number, positive,
+                                validated_update)
+from rlbench.protocols import Sample
+from rlbench_gpu.capabilities import REPLAY_CAPABILITIES, REPLAY_DTYPES, on_device
 from rlbench_gpu.device import resolve_device
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64,
-          "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
-TORCH_TO_NAME = {v: k for k, v in DTYPES.items()}
-
-
-class ReplayError(RlbenchError, ValueError):
-    """Bad input to the gpu replay memory."""
-
-
-_positive_int = functools.partial(positive_int, error=ReplayError)
-_non_negative = functools.partial(non_negative, error=ReplayError)
-
-
-def dtype_name(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return TORCH_TO_NAME.get(value.dtype, str(value.dtype))
-    return str(np.asarray(value).dtype)
+DTYPES = {name: getattr(torch, name) for name in REPLAY_DTYPES}  # torch.float32, ..., torch.bool
 
 
 class GpuPrioritizedReplay:
@@ -56,11 +45,10 @@ class GpuPrioritizedReplay:
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, device: Any = "cuda",
                  **ignored_options: Any) -> None:
-        self.capacity = _positive_int(capacity, "capacity")
-        self.alpha = _non_negative(alpha, "alpha")
+        self.capacity = positive(capacity, "capacity")
+        self.alpha = non_negative_number(alpha, "alpha")
         self.device = resolve_device(device)
-        self.capabilities = ReplayCapabilities(prioritized=True, dtypes=tuple(DTYPES), device=self.device.type,
-                                               accepts_tensors=True)
+        self.capabilities = on_device(REPLAY_CAPABILITIES, self.device.type)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed if seed is not None else int(torch.seed() % (1 << 63)))
         self.block = 1 << max(1, (max(1, int(np.sqrt(self.capacity)))).bit_length() - 1)
@@ -70,6 +58,7 @@ class GpuPrioritizedReplay:
         self._block_sum = torch.zeros(self.n_blocks, **f64)
         self._block_min = torch.full((self.n_blocks,), torch.inf, **f64)  # over positive leaves only
         self._max_priority = torch.ones((), **f64)  # raw priority, before alpha
+        self._layout: TransitionLayout | None = None  # fixed by the first add
         self._columns: dict[str, torch.Tensor] = {}
         self._size = 0
         self._cursor = 0
@@ -82,15 +71,17 @@ class GpuPrioritizedReplay:
     # -- add -----------------------------------------------------------------------------------------
     def add(self, transitions: Mapping[str, Any], priorities: Any = None) -> np.ndarray:
         """Store a batch (leading axis = items); returns the indices written (numpy int64)."""
-        first = not self._columns
-        rows, n = self._validated_rows(transitions, first)
+        first = self._layout is None
+        layout = TransitionLayout.of(transitions, dtypes=REPLAY_DTYPES) if first else self._layout
+        rows, n = layout.validate(transitions)  # shapes and dtypes only: device tensors stay where they are
         indices = np.arange(self._cursor, self._cursor + n, dtype=np.int64) % self.capacity
         new_size = min(self._size + n, self.capacity)
-        device_indices = torch.as_tensor(indices, device=self.device)
-        if priorities is not None:
-            device_priorities = self._validated_priorities(device_indices, priorities, new_size, "add")
+        if priorities is None:
+            device_indices = torch.as_tensor(indices, device=self.device)
+        else:
+            device_indices, device_priorities = self._validated_update(indices, priorities, new_size, "add")
         if first:
-            self._allocate(rows)
+            self._allocate(layout)  # only a batch that passed every check fixes the layout
         self._write_rows(rows, n)
         self._size = new_size
         if priorities is None:
@@ -101,52 +92,23 @@ class GpuPrioritizedReplay:
         self._counts["add_calls"] += 1
         return indices
 
-    def _validated_rows(self, transitions: Mapping[str, Any], first: bool) -> tuple[dict[str, torch.Tensor], int]:
-        if not isinstance(transitions, Mapping) or not transitions:
-            raise ReplayError("add() needs a non-empty dict of field name -> array with a leading batch axis")
-        if not first and transitions.keys() != self._columns.keys():
-            raise ReplayError(f"add() needs exactly the fields {sorted(self._columns)}, got {sorted(map(str, transitions))}")
-        rows: dict[str, torch.Tensor] = {}
-        n = -1
-        for name, value in transitions.items():
-            if not isinstance(name, str):
-                raise ReplayError(f"field names must be strings, got {name!r}")
-            kind = dtype_name(value)
-            if kind not in DTYPES:
-                raise ReplayError(f"field {name!r} has dtype {kind}; this memory stores {', '.join(DTYPES)}")
-            tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
-            if tensor.ndim == 0:
-                raise ReplayError(f"field {name!r} has no leading batch axis (got a scalar); pass shape (batch, ...)")
-            if not first:
-                column = self._columns[name]
-                if tensor.dtype != column.dtype or tensor.shape[1:] != column.shape[1:]:
-                    raise ReplayError(
-                        f"field {name!r}: got {kind}{list(tensor.shape)}, but this memory stores "
-                        f"{TORCH_TO_NAME[column.dtype]} rows of shape {list(column.shape[1:])} (set by the first add)")
-            if n < 0:
-                n = len(tensor)
-            elif len(tensor) != n:
-                raise ReplayError(f"fields have different batch lengths: {name!r} has {len(tensor)}, others {n}")
-            rows[name] = tensor
-        return rows, n
-
-    def _allocate(self, rows: dict[str, torch.Tensor]) -> None:
+    def _allocate(self, layout: TransitionLayout) -> None:
         columns = {}
-        for name, tensor in rows.items():
+        for name, field in layout.fields.items():
             try:
-                columns[name] = torch.zeros((self.capacity, *tensor.shape[1:]), dtype=tensor.dtype, device=self.device)
+                columns[name] = torch.zeros((self.capacity, *field.shape), dtype=DTYPES[field.dtype], device=self.device)
             except (RuntimeError, MemoryError):  # torch.OutOfMemoryError is a RuntimeError
-                gib = self.capacity * tensor[:1].nbytes / 2**30
+                gib = self.capacity * field.nbytes / 2**30
                 raise ReplayError(f"cannot allocate {gib:.2f} GiB on {self.device} for field {name!r} "
                                   f"at capacity {self.capacity}") from None
-        self._columns = columns
+        self._layout, self._columns = layout, columns
 
-    def _write_rows(self, rows: dict[str, torch.Tensor], n: int) -> None:
+    def _write_rows(self, rows: list[Any], n: int) -> None:
         keep = min(n, self.capacity)  # a batch longer than the memory keeps only its last items
         first = (self._cursor + n - keep) % self.capacity
         split = min(keep, self.capacity - first)
-        for name, column in self._columns.items():
-            value = rows[name][n - keep:]
+        for column, row in zip(self._columns.values(), rows):
+            value = (row if isinstance(row, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(row)))[n - keep:]
             column[first:first + split].copy_(value[:split], non_blocking=True)
             if split < keep:
                 column[:keep - split].copy_(value[split:], non_blocking=True)
@@ -154,12 +116,7 @@ class GpuPrioritizedReplay:
 
     # -- sample --------------------------------------------------------------------------------------
     def sample(self, batch_size: int, beta: float = 0.4) -> Sample:
-        if self._size == 0:
-            raise ReplayError("cannot sample from an empty replay memory; add transitions first")
-        batch_size = _positive_int(batch_size, "batch_size")
-        beta = _non_negative(beta, "beta")
-        if beta > 1.0:
-            raise ReplayError(f"beta must lie in [0, 1], got {beta!r}")
+        batch_size, beta = check_sample(batch_size, beta, self._size)
         if self._zeros_written and not bool(self._block_sum.sum() > 0):
             raise ReplayError("cannot sample: every stored priority is zero")
         indices, scaled = self._draw(batch_size)
@@ -191,36 +148,47 @@ class GpuPrioritizedReplay:
     # -- priorities ----------------------------------------------------------------------------------
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set new priorities; an index repeated in one call takes the last priority given for it."""
-        if priorities is None:
-            raise ReplayError("update_priorities: priorities are required")
-        index_tensor = _as_index_tensor(indices, self.device)
-        values = self._validated_priorities(index_tensor, priorities, self._size, "update_priorities")
+        index_tensor, values = self._validated_update(indices, priorities, self._size, "update_priorities")
         self._set_priorities(index_tensor, values)
         self._counts["updates"] += 1
         self._counts["updated_items"] += len(index_tensor)
 
-    def _validated_priorities(self, indices: torch.Tensor, priorities: Any, size: int, operation: str) -> torch.Tensor:
-        """Flat float64 priorities on the device, after checking indices and values (one device sync for
-        device inputs, none for numpy ones)."""
+    def _validated_update(self, indices: Any, priorities: Any, size: int, operation: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat int64 indices and float64 priorities on the device, after the kit's checks (indices in
+        [0, size), priorities finite and >= 0)."""
+        if priorities is None:
+            raise ReplayError(f"{operation}: priorities are required")
+        checked = None
+        if isinstance(indices, torch.Tensor) or isinstance(priorities, torch.Tensor):
+            checked = self._checked_on_device(indices, priorities, size)
+        if checked is None:  # numpy input, or a refused update: the kit checks on the host and words the refusal
+            try:
+                index_array, priority_array = validated_update(_on_host(indices), _on_host(priorities), size)
+            except ReplayError as error:
+                raise ReplayError(f"{operation}: {error}") from None
+            self._zeros_written |= bool((priority_array == 0).any())
+            checked = (torch.as_tensor(index_array, device=self.device), torch.as_tensor(priority_array, device=self.device))
+        return checked
+
+    def _checked_on_device(self, indices: Any, priorities: Any, size: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The kit's update checks, on the device in one sync, for tensors the host should not see;
+        None when the update is refused (or is not numbers torch takes), for the kit to say why."""
         try:
-            values = torch.as_tensor(priorities if isinstance(priorities, torch.Tensor) else np.asarray(priorities, np.float64),
-                                     dtype=torch.float64, device=self.device).reshape(-1)
+            index_tensor = torch.as_tensor(indices, device=self.device).reshape(-1)
+            values = torch.as_tensor(priorities, device=self.device).to(torch.float64).reshape(-1)
         except (TypeError, ValueError, RuntimeError):
-            raise ReplayError(f"{operation}: priorities must be numbers, got {type(priorities).__name__}") from None
-        if len(values) != len(indices):
-            raise ReplayError(f"{operation}: got {len(indices)} indices but {len(values)} priorities")
+            return None
+        if index_tensor.is_floating_point() or index_tensor.is_complex() or index_tensor.dtype == torch.bool \
+                or len(values) != len(index_tensor):
+            return None
         if len(values):
-            out_of_range = (indices < 0) | (indices >= size)
-            invalid = ~(torch.isfinite(values) & (values >= 0))
-            any_out, any_invalid, any_zero = torch.stack([out_of_range.any(), invalid.any(), (values == 0).any()]).tolist()
-            if any_out:
-                bad = int(indices[out_of_range][0])
-                raise ReplayError(f"{operation}: index {bad} out of range for a memory holding {size} items")
-            if any_invalid:
-                raise ReplayError(f"{operation}: priority {float(values[invalid][0])} is invalid: priorities must be "
-                                  "finite and >= 0")
+            out_of_range = ((index_tensor < 0) | (index_tensor >= size)).any()
+            invalid = (~(torch.isfinite(values) & (values >= 0))).any()
+            refused, any_zero = torch.stack([out_of_range | invalid, (values == 0).any()]).tolist()
+            if refused:
+                return None
             self._zeros_written |= any_zero
-        return values
+        return index_tensor.to(torch.int64), values
 
     def _set_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         if len(priorities):
@@ -248,10 +216,11 @@ class GpuPrioritizedReplay:
 
     def priorities(self, indices: Any) -> np.ndarray:
         """The stored priorities**alpha at `indices` (float64 numpy); for tests and inspection."""
-        index_tensor = _as_index_tensor(indices, self.device)
-        if len(index_tensor) and bool(((index_tensor < 0) | (index_tensor >= self.capacity)).any()):
-            raise ReplayError(f"indices must lie in [0, {self.capacity})")
-        return self._leaves[index_tensor].cpu().numpy()
+        index_array = np.asarray(_on_host(indices)).reshape(-1)
+        if index_array.size and (not np.issubdtype(index_array.dtype, np.integer) or index_array.min() < 0
+                                 or index_array.max() >= self.capacity):
+            raise ReplayError(f"indices must be integers in [0, {self.capacity})")
+        return self._leaves[torch.as_tensor(index_array, device=self.device)].cpu().numpy()
 
     def stats(self) -> dict[str, Any]:
         positive_min = float(self._block_min.min())
@@ -267,19 +236,10 @@ class GpuPrioritizedReplay:
             "min_priority": positive_min if np.isfinite(positive_min) else None,
             "max_priority_seen": float(self._max_priority),
             "tree": f"two levels: {self.n_blocks} blocks of {self.block} leaves",
-            "fields": {name: f"{TORCH_TO_NAME[c.dtype]}{list(c.shape[1:])}" for name, c in self._columns.items()},
+            "fields": self._layout.describe() if self._layout else {},
         }
 
 
-# -- validation helpers -----------------------------------------------------------------------------
-def _as_index_tensor(indices: Any, device: torch.device) -> torch.Tensor:
-    if isinstance(indices, torch.Tensor):
-        if indices.is_floating_point() or indices.dtype == torch.bool or indices.is_complex():
-            raise ReplayError(f"indices must be integers, got {indices.dtype}")
-        return indices.to(device=device, dtype=torch.int64).reshape(-1)
-    array = np.asarray(indices)
-    if array.size and not np.issubdtype(array.dtype, np.integer):
-        raise ReplayError(f"indices must be integers, got {array.dtype}")
-    return torch.as_tensor(array.astype(np.int64, copy=False).reshape(-1), device=device)
-
-
+def _on_host(value: Any) -> Any:
+    """A tensor's values as numpy (a copy from the device); anything else as it is."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value

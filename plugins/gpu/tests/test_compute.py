@@ -5,12 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlbench.algorithms.ddpg import DDPG
-from rlbench.algorithms.dqn import DQN
-from rlbench.config import RunConfig, apply_overrides
+import rlbench
 from rlbench.errors import RlbenchError
-from rlbench.runtime.context import Budget, RunContext
-from rlbench.runtime.replay_loop import run_replay_loop
 from rlbench.testing import check_compute_backend
 from rlbench_gpu.compute import GpuCompute
 from rlbench_gpu.envs import BatchedCartPole, BatchedPendulum
@@ -46,18 +42,13 @@ def test_tabular_is_refused_with_the_reason():
         GpuCompute("cpu").tabular(16, 4)
 
 
-@pytest.mark.parametrize("algorithm, env_class, overrides", [
-    (DQN(), BatchedCartPole, {"learning_starts": 256, "batch_size": 64, "train_every": 16, "buffer_size": 4096}),
-    (DDPG(), BatchedPendulum, {"learning_starts": 256, "batch_size": 64, "train_every": 16, "buffer_size": 4096}),
-])
-def test_the_core_replay_loop_runs_on_gpu_components_end_to_end(algorithm, env_class, overrides):
-    hp = apply_overrides(algorithm.Config, overrides)
+@pytest.mark.parametrize("algorithm_name, env_class", [("dqn", BatchedCartPole), ("ddpg", BatchedPendulum)])
+def test_the_core_replay_loop_runs_on_gpu_components_end_to_end(algorithm_name, env_class, core_replay_loop):
+    algorithm = rlbench.get_registry().get("algorithm", algorithm_name).create()
+    hp = algorithm.Config(learning_starts=256, batch_size=64, train_every=16, buffer_size=4096)
     env = env_class(64, seed=0, device="cpu")
     replay = GpuPrioritizedReplay(hp.buffer_size, alpha=hp.per_alpha, seed=0, device="cpu")
-    ctx = RunContext(config=RunConfig(num_envs=64, steps=3200), algorithm=algorithm, hp=hp, env=env,
-                     compute=GpuCompute("cpu"), replay=replay, budget=Budget(total_steps=3200),
-                     replay_capabilities=replay.capabilities)
-    stats = run_replay_loop(ctx)
+    ctx, stats = core_replay_loop(algorithm, hp, env, replay, GpuCompute("cpu"), 3200)
     assert stats.env_steps == 3200 and stats.updates == (3200 - 256) // 16 + 1
     assert len(replay) == 3200 and replay.stats()["updated_items"] == stats.updates * 64
     assert ctx.accounting.to_dict()["balanced"]

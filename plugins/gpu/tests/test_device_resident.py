@@ -7,13 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlbench.algorithms.ddpg import DDPG
-from rlbench.algorithms.dqn import DQN
-from rlbench.config import RunConfig, apply_overrides
-from rlbench.plugins import get_registry
+from rlbench import get_registry
 from rlbench.protocols import Sample
-from rlbench.runtime.context import Budget, RunContext
-from rlbench.runtime.replay_loop import run_replay_loop
 from rlbench_gpu.compute import GpuCompute
 from rlbench_gpu.envs import BatchedCartPole, BatchedPendulum
 from rlbench_gpu.replay import GpuPrioritizedReplay
@@ -40,44 +35,44 @@ class Recording:
         return len(self.memory)
 
 
-def run_loop(env, replay, compute, num_envs, steps=2048):
-    algorithm = DQN()
-    hp = apply_overrides(DQN.Config, {"learning_starts": 256, "batch_size": 32, "train_every": 32,
-                                      "buffer_size": 4096, "exploration_steps": 1024})
-    ctx = RunContext(config=RunConfig(num_envs=num_envs, steps=steps, seed=0), algorithm=algorithm, hp=hp, env=env,
-                     compute=compute, replay=replay, budget=Budget(total_steps=steps),
-                     replay_capabilities=replay.capabilities)
-    stats = run_replay_loop(ctx)
-    return ctx, stats
+def algorithm(name):
+    return get_registry().get("algorithm", name).create()
 
 
-def test_a_device_env_feeds_a_device_replay_tensors_and_the_loop_accounts_for_every_step():
+def run_dqn(core_replay_loop, env, replay, compute, steps=2048):
+    dqn = algorithm("dqn")
+    hp = dqn.Config(learning_starts=256, batch_size=32, train_every=32, buffer_size=4096, exploration_steps=1024)
+    return core_replay_loop(dqn, hp, env, replay, compute, steps)
+
+
+def test_a_device_env_feeds_a_device_replay_tensors_and_the_loop_accounts_for_every_step(core_replay_loop):
     num_envs = 64
     replay = Recording(GpuPrioritizedReplay(4096, device="cpu", seed=0))
-    ctx, stats = run_loop(BatchedCartPole(num_envs, seed=0, device="cpu", output="torch"), replay,
-                          GpuCompute("cpu"), num_envs)
+    ctx, stats = run_dqn(core_replay_loop, BatchedCartPole(num_envs, seed=0, device="cpu", output="torch"), replay,
+                         GpuCompute("cpu"))
     assert replay.kinds == {"Tensor", "priorities:ndarray"}  # the CPU device's samples come back as numpy
     assert stats.env_steps == 2048 == ctx.accounting.produced == ctx.accounting.stored
     assert stats.updates == (2048 - 256) // 32 + 1
     assert ctx.curve.points and all(1 <= p["length"] <= 500 and p["return"] == p["length"] for p in ctx.curve.points)
 
 
-def test_a_device_env_with_host_components_is_copied_to_the_host():
+def test_a_device_env_with_host_components_is_copied_to_the_host(core_replay_loop):
     num_envs = 16
     registry = get_registry()
     replay = Recording(registry.get("replay", "prioritized").create(capacity=4096, alpha=0.6, seed=0))
-    ctx, stats = run_loop(BatchedCartPole(num_envs, seed=0, device="cpu", output="torch"), replay,
-                          registry.get("compute", "cpu").create(), num_envs)
+    ctx, stats = run_dqn(core_replay_loop, BatchedCartPole(num_envs, seed=0, device="cpu", output="torch"), replay,
+                         registry.get("compute", "cpu").create())
     assert replay.kinds == {"ndarray", "priorities:ndarray"}
     assert stats.env_steps == ctx.accounting.stored == 2048
 
 
 def test_dqn_actor_explores_on_the_device_with_a_tensor_engine_and_on_the_host_without():
     env = BatchedCartPole(4096, seed=0, device="cpu", output="torch")
-    config = apply_overrides(DQN.Config, {"exploration_steps": 100, "epsilon_end": 0.25})
-    device_actor = DQN().make_actor(env.spec, GpuCompute("cpu"), config, seed=0)
-    host_actor = DQN().make_actor(env.spec, get_registry().get("compute", "cpu").create(), config, seed=0)
-    learner = DQN().make_learner(env.spec, GpuCompute("cpu"), config, seed=0)
+    dqn = algorithm("dqn")
+    config = dqn.Config(exploration_steps=100, epsilon_end=0.25)
+    device_actor = dqn.make_actor(env.spec, GpuCompute("cpu"), config, seed=0)
+    host_actor = dqn.make_actor(env.spec, get_registry().get("compute", "cpu").create(), config, seed=0)
+    learner = dqn.make_learner(env.spec, GpuCompute("cpu"), config, seed=0)
     for actor in (device_actor, host_actor):
         actor.load_weights(learner.weights(), 0)
     obs = env.reset(seed=0)
@@ -93,9 +88,10 @@ def test_dqn_actor_explores_on_the_device_with_a_tensor_engine_and_on_the_host_w
 
 def test_ddpg_actor_on_the_device_stays_within_the_bounds():
     env = BatchedPendulum(512, seed=0, device="cpu", output="torch")
-    config = apply_overrides(DDPG.Config, {"learning_starts": 100, "exploration_noise": 0.5})
-    actor = DDPG().make_actor(env.spec, GpuCompute("cpu"), config, seed=0)
-    actor.load_weights(DDPG().make_learner(env.spec, GpuCompute("cpu"), config, seed=0).weights(), 0)
+    ddpg = algorithm("ddpg")
+    config = ddpg.Config(learning_starts=100, exploration_noise=0.5)
+    actor = ddpg.make_actor(env.spec, GpuCompute("cpu"), config, seed=0)
+    actor.load_weights(ddpg.make_learner(env.spec, GpuCompute("cpu"), config, seed=0).weights(), 0)
     obs = env.reset(seed=0)
     for step in (0, 1000):  # uniform warm-up, then policy plus noise
         actions = actor.act(obs, step)
@@ -106,7 +102,8 @@ def test_ddpg_actor_on_the_device_stays_within_the_bounds():
 @pytest.mark.parametrize("kind", ["numpy", "tensor"])
 def test_learner_priorities_come_back_as_the_sample_came(kind):
     env = BatchedCartPole(1, seed=0, device="cpu")
-    learner = DQN().make_learner(env.spec, GpuCompute("cpu"), DQN.Config(), seed=0)
+    dqn = algorithm("dqn")
+    learner = dqn.make_learner(env.spec, GpuCompute("cpu"), dqn.Config(), seed=0)
     rng = np.random.default_rng(0)
     transitions = {"obs": rng.standard_normal((32, 4)).astype(np.float32), "action": rng.integers(0, 2, 32),
                    "reward": np.ones(32, np.float32), "next_obs": rng.standard_normal((32, 4)).astype(np.float32),

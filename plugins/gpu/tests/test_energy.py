@@ -4,7 +4,7 @@ gpu component get the meter through rlbench_energy_meters."""
 import pytest
 import torch
 
-from rlbench.config import RunConfig
+from rlbench import RunConfig, run
 from rlbench_gpu import plugin
 from rlbench_gpu.energy import NvmlMeter
 
@@ -29,12 +29,10 @@ def test_runs_with_gpu_components_get_an_nvml_meter_and_others_none():
     assert plugin.rlbench_energy_meters(config=RunConfig(compute="cpu")) is None
 
 
-def test_the_runner_puts_every_meter_under_its_name():
-    from rlbench.energy import EnergyMeters
-
-    meters = EnergyMeters(RunConfig(replay="gpu"))
-    meters.start()
-    energy = meters.stop({"samples": 10, "env_steps": 5})
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=f"a run with compute gpu needs a CUDA device: "
+                                                          f"torch.cuda.is_available() is False (torch {torch.__version__})")
+def test_a_run_with_a_gpu_component_reports_nvml_beside_the_other_meters():
+    energy = run(RunConfig(compute="gpu", steps=200, eval_episodes=0, hyperparameters={"learning_starts": 100}))["energy"]
     assert {"rapl", "nvml"} <= set(energy)
     for reading in energy.values():
         assert reading["kind"] in ("measured", None)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlbench.builtin.replay import PrioritizedReplay
+import rlbench
 from rlbench.errors import RlbenchError
 from rlbench.testing import check_replay_memory
 from rlbench_gpu.replay import GpuPrioritizedReplay
@@ -27,7 +27,8 @@ def test_conformance_kit_on_the_cpu_device():
 
 def test_priorities_and_weights_match_the_core_memory_after_the_same_calls():
     rng = np.random.default_rng(3)
-    ours, core = make(1000, alpha=0.7), PrioritizedReplay(1000, alpha=0.7, seed=0)
+    ours = make(1000, alpha=0.7)
+    core = rlbench.get_registry().get("replay", "prioritized").create(capacity=1000, alpha=0.7, seed=0)
     first = rng.exponential(1.0, 700)
     for memory in (ours, core):
         memory.add(rows(700), first)
@@ -85,3 +86,37 @@ def test_tree_layout_covers_odd_capacities():
         assert memory.n_blocks * memory.block >= capacity
         memory.add(rows(capacity))
         assert set(memory.sample(max(64, 4 * capacity)).indices.tolist()) <= set(range(capacity))
+
+
+def test_refusals_say_what_is_wrong_in_one_line_and_change_nothing():
+    memory = make(16, alpha=1.0)
+    memory.add(rows(8), np.ones(8))
+    refusals = [
+        (lambda: memory.add({**rows(2), "obs": torch.zeros((2, 4), dtype=torch.float64)}),
+         r"field 'obs': got float64\[2, 4\], but this memory stores float32 rows of shape \[4\] \(set by the first add\)"),
+        (lambda: memory.add({"obs": torch.zeros((2, 4))}), r"add\(\) needs exactly the fields \['action', 'done', 'obs'\]"),
+        (lambda: memory.add(rows(2), torch.tensor([1.0, -1.0])), r"add: priority -1.0 is invalid"),
+        (lambda: memory.update_priorities(torch.tensor([1, 2]), torch.tensor([1.0, float("nan")])),
+         r"update_priorities: priority nan is invalid: priorities must be finite and >= 0"),
+        (lambda: memory.update_priorities(torch.tensor([1, 2]), torch.tensor([1.0])),
+         r"update_priorities: got 2 indices but 1 priorities"),
+        (lambda: memory.update_priorities(np.array([8]), np.array([1.0])),
+         r"update_priorities: index 8 out of range for a memory holding 8 items"),
+        (lambda: memory.sample(4, beta=1.5), r"beta must lie in \[0, 1\]"),
+    ]
+    for refuse, message in refusals:
+        with pytest.raises(RlbenchError, match=message) as error:
+            refuse()
+        assert "\n" not in str(error.value)
+    assert len(memory) == 8 and memory.stats()["adds"] == 8
+    assert memory.priorities(np.arange(8)) == pytest.approx(np.ones(8))
+
+
+def test_a_refused_first_batch_does_not_fix_the_layout():
+    memory = make(16)
+    with pytest.raises(RlbenchError, match="has dtype bfloat16; this memory stores float32, float64"):
+        memory.add({"obs": torch.zeros((2, 4), dtype=torch.bfloat16)})
+    with pytest.raises(RlbenchError, match="add: got 3 indices but 2 priorities"):
+        memory.add(rows(3), np.ones(2))
+    memory.add({"obs": torch.zeros((2, 4), dtype=torch.float16)})
+    assert memory.stats()["fields"] == {"obs": "float16[4]"}
