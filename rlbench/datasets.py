@@ -1,7 +1,9 @@
 """Offline experience datasets for tabular learning (SwiftRL's workloads).
 
-A dataset is collected once from a toy-text environment by a behaviour policy, saved as .npz with
-its metadata, and reloaded by key, so a run can be repeated on exactly the same data.
+A dataset is collected once from a tabular environment by a behaviour policy, saved as .npz with
+its metadata, and reloaded by key (environment, its options, size, behaviour, seed), so a run can
+be repeated on exactly the same data. Any registered environment with discrete observations and
+actions works: collection goes through the registry and the Environment protocol, not gymnasium.
 
 Arrays (one row per transition, in collection order):
   obs, next_obs      int32   state ids
@@ -16,6 +18,7 @@ collector learns online with Q-learning while it collects, i.e. a learning agent
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ class Dataset:
     n_states: int
     n_actions: int
     meta: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the environment's options it was collected with
 
     def __len__(self) -> int:
         return int(self.arrays["obs"].shape[0])
@@ -48,7 +52,7 @@ class Dataset:
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = {"env_id": self.env_id, "behaviour": self.behaviour, "seed": self.seed,
+        header = {"env_id": self.env_id, "behaviour": self.behaviour, "seed": self.seed, "options": self.options,
                   "n_states": self.n_states, "n_actions": self.n_actions, "meta": self.meta}
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **self.arrays)
@@ -61,42 +65,56 @@ class Dataset:
             header = json.loads(bytes(data["header"]).decode())
             arrays = {name: data[name] for name in FIELDS}
         return cls(header["env_id"], header["behaviour"], header["seed"], arrays, header["n_states"],
-                   header["n_actions"], header.get("meta", {}))
+                   header["n_actions"], header.get("meta", {}), header.get("options", {}))
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench")) / "datasets"
 
 
-def cache_path(env_id: str, size: int, behaviour: str, seed: int) -> Path:
-    return cache_dir() / f"{env_id}-{size}-{behaviour}-seed{seed}.npz"
+def cache_path(env_id: str, size: int, behaviour: str, seed: int, options: dict[str, Any] | None = None) -> Path:
+    """Where the dataset of this key is cached; the environment's options are part of the key."""
+    suffix = ""
+    if options:
+        digest = hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        suffix = f"-opt{digest}"
+    return cache_dir() / f"{env_id.replace('/', '_')}-{size}-{behaviour}-seed{seed}{suffix}.npz"
 
 
-def get(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0, cache: bool = True) -> Dataset:
+def get(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0, options: dict[str, Any] | None = None,
+        cache: bool = True) -> Dataset:
     """Load the dataset for this key from the cache, or collect and save it."""
-    path = cache_path(env_id, size, behaviour, seed)
+    options = dict(options or {})
+    path = cache_path(env_id, size, behaviour, seed, options)
     if cache and path.exists():
-        return Dataset.load(path)
-    dataset = collect(env_id, size, behaviour=behaviour, seed=seed)
+        dataset = Dataset.load(path)
+        if dataset.options != options or len(dataset) != size:
+            from rlbench.errors import RlbenchError
+
+            raise RlbenchError(f"dataset {path} holds {len(dataset)} transitions collected with options "
+                               f"{dataset.options}, not the {size} with {options} its name says; delete it to "
+                               "collect it again")
+        return dataset
+    dataset = collect(env_id, size, behaviour=behaviour, seed=seed, options=options)
     if cache:
         dataset.save(path)
     return dataset
 
 
-def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0, epsilon: float = 0.2,
-            alpha: float = 0.1, gamma: float = 0.99) -> Dataset:
-    """Run the behaviour policy in the real gymnasium environment for `size` transitions."""
+def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0, options: dict[str, Any] | None = None,
+            epsilon: float = 0.2, alpha: float = 0.1, gamma: float = 0.99) -> Dataset:
+    """Run the behaviour policy in the registered environment (one copy) for `size` transitions."""
     if behaviour not in BEHAVIOURS:
         raise ValueError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
     if size < 1:
         raise ValueError("dataset size must be >= 1")
-    from rlbench.builtin.envs import GymnasiumEnv
+    from rlbench import get_registry
 
-    env = GymnasiumEnv(env_id, num_envs=1, seed=seed)
+    env = get_registry().get("environment", env_id).create(num_envs=1, seed=seed, **(options or {}))
     spec = env.spec
     if spec.n_states is None or spec.n_actions is None:
+        env.close()
         raise ValueError(f"{env_id} is not a tabular (discrete observation and action) environment")
-    raw = env.envs[0]
     rng = np.random.default_rng(seed)
     q = np.zeros((spec.n_states, spec.n_actions)) if behaviour == "epsilon-greedy" else None
 
@@ -108,25 +126,29 @@ def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0,
 
     arrays = {name: np.empty(size, dtype=np.float32 if name == "reward" else np.uint8 if name == "done" else np.int32)
               for name in FIELDS}
-    encode = env.encode_observation
-    state = encode(raw.reset(seed=seed)[0])
+    state = int(env.reset(seed=seed)[0])
     action = choose(state)
     episodes = 0
-    for t in range(size):
-        next_state, reward, terminated, truncated, _ = raw.step(action)
-        next_state = encode(next_state)
-        next_action = choose(next_state)
-        arrays["obs"][t], arrays["action"][t], arrays["reward"][t] = state, action, reward
-        arrays["next_obs"][t], arrays["next_action"][t], arrays["done"][t] = next_state, next_action, terminated
-        if q is not None:
-            target = reward + (0.0 if terminated else gamma * q[next_state].max())
-            q[state, action] += alpha * (target - q[state, action])
-        if terminated or truncated:
-            episodes += 1
-            state = encode(raw.reset()[0])
-            action = choose(state)
-        else:
-            state, action = next_state, next_action
-    env.close()
+    step_action = np.zeros(1, dtype=np.int64)
+    try:
+        for t in range(size):
+            step_action[0] = action
+            result = env.step(step_action)
+            next_state, reward = int(result.final_observations[0]), float(result.rewards[0])
+            terminated, truncated = bool(result.terminated[0]), bool(result.truncated[0])
+            next_action = choose(next_state)
+            arrays["obs"][t], arrays["action"][t], arrays["reward"][t] = state, action, reward
+            arrays["next_obs"][t], arrays["next_action"][t], arrays["done"][t] = next_state, next_action, terminated
+            if q is not None:
+                target = reward + (0.0 if terminated else gamma * q[next_state].max())
+                q[state, action] += alpha * (target - q[state, action])
+            if terminated or truncated:  # the environment already reset itself (same-step auto-reset)
+                episodes += 1
+                state = int(result.observations[0])
+                action = choose(state)
+            else:
+                state, action = next_state, next_action
+    finally:
+        env.close()
     meta = {"episodes": episodes, "note": spec.note, "epsilon": epsilon if q is not None else None}
-    return Dataset(spec.id, behaviour, seed, arrays, spec.n_states, spec.n_actions, meta)
+    return Dataset(spec.id, behaviour, seed, arrays, spec.n_states, spec.n_actions, meta, dict(options or {}))

@@ -134,7 +134,8 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
         replay = plan.replay.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
                                     **plan.options.get("replay", {}))
     ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
-                     budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None)
+                     budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None,
+                     options=plan.options)
     stats = LoopStats()
     try:
         stats = _select_loop(plan)(ctx)

@@ -166,7 +166,8 @@ def _check_options(config: RunConfig, registry: Registry, plan: Plan) -> None:
             if owner is None:
                 others = [o for o in registry.run_options if o.kind == kind and o.param == param]
                 if others:
-                    raise InvalidCombinationError(" and ".join(o.flag for o in others) + " apply to "
+                    raise InvalidCombinationError(" and ".join(o.flag for o in others)
+                                                  + (" applies to " if len(others) == 1 else " apply to ")
                                                   + " and ".join(f"{o.kind} {o.component}" for o in others)
                                                   + ", which this run does not use")
                 raise InvalidCombinationError(f"{kind} {chosen.name if chosen else '-'} takes no option {param!r}")

@@ -16,6 +16,7 @@ import numpy as np
 
 from rlbench.algorithms.common import ReplayLoopConfig
 from rlbench.arrays import same_kind, to_host
+from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
 from rlbench.protocols import EnvSpec, Sample
 
@@ -192,11 +193,7 @@ class DDPG:
     name = "ddpg"
     Config = DDPGConfig
 
-    @property
-    def capabilities(self):
-        from rlbench.plugins import get_registry
-
-        return get_registry().get("algorithm", self.name).capabilities
+    capabilities = caps.DDPG
 
     def make_actor(self, spec: EnvSpec, compute: Any, config: DDPGConfig, seed: int) -> DDPGActor:
         return DDPGActor(spec, compute, config, seed)

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlbench.algorithms.common import ReplayLoopConfig
 from rlbench.arrays import same_kind, to_host
+from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
 from rlbench.protocols import EnvSpec, Sample
 
@@ -182,11 +183,7 @@ class DQN:
     name = "dqn"
     Config = DQNConfig
 
-    @property
-    def capabilities(self):
-        from rlbench.plugins import get_registry
-
-        return get_registry().get("algorithm", self.name).capabilities
+    capabilities = caps.DQN
 
     def make_actor(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> DQNActor:
         return DQNActor(spec, compute, config, seed)

@@ -12,10 +12,9 @@ import numpy as np
 
 from rlbench.algorithms.common import TabularConfig
 from rlbench.errors import RlbenchError
-from rlbench.protocols import AlgorithmCapabilities, ComputeBackend, EnvSpec, Sample
+from rlbench.builtin import capabilities as caps
+from rlbench.protocols import ComputeBackend, EnvSpec, Sample
 
-CAPABILITIES = AlgorithmCapabilities(action_space="discrete", observation_space="discrete", loop="tabular",
-                                     offline=True, roles=("tabular",), placements=("local",))
 
 
 def table_shape(spec: EnvSpec) -> tuple[int, int]:
@@ -137,7 +136,7 @@ class TabularAlgorithm:
     name: str
     rule: str
     Config: type[TabularConfig] = TabularConfig
-    capabilities = CAPABILITIES
+    capabilities = caps.TABULAR
 
     def make_actor(self, spec: EnvSpec, compute: ComputeBackend, config: TabularConfig, seed: int) -> EpsilonGreedyActor:
         n_states, n_actions = table_shape(spec)

@@ -9,58 +9,44 @@ from __future__ import annotations
 import functools
 import platform
 
+from rlbench.builtin import capabilities as caps
 from rlbench.hookspecs import hookimpl
-from rlbench.protocols import (
-    AlgorithmCapabilities,
-    ComputeCapabilities,
-    EnvironmentCapabilities,
-    ReplayCapabilities,
-    TransportCapabilities,
-    probe_modules,
-)
-
-_MiB = 1 << 20
+from rlbench.protocols import EnvironmentCapabilities, probe_modules
 
 
 @hookimpl
 def rlbench_register_transports(register):
     register("inproc", "rlbench.builtin.transports.inproc:InprocTransport",
-             capabilities=TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
-                                                crosses_processes=False, crosses_hosts=False, zero_copy=True),
+             capabilities=caps.INPROC,
              description="queues between threads of one process (the no-network baseline)")
     register("shm", "rlbench.builtin.transports.shm:ShmTransport",
              probe="rlbench.builtin.transports.shm:probe",
-             capabilities=TransportCapabilities(max_message_bytes=64 * _MiB, reliable=True, ordered=True,
-                                                crosses_processes=True, crosses_hosts=False, zero_copy=True),
+             capabilities=caps.SHM,
              description="shared-memory rings between processes, busy-polling, no syscalls on the fast path")
     register("tcp", "rlbench.builtin.transports.tcp:TcpTransport",
-             capabilities=TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
-                                                crosses_processes=True, crosses_hosts=True),
+             capabilities=caps.TCP,
              description="kernel TCP sockets, length-prefixed messages (kernel baseline)")
     register("udp", "rlbench.builtin.transports.udp:UdpTransport",
-             capabilities=TransportCapabilities(max_message_bytes=64 * _MiB, reliable=False, ordered=True,
-                                                crosses_processes=True, crosses_hosts=True),
+             capabilities=caps.UDP,
              description="kernel UDP datagrams with fragmentation, sequence numbers and loss detection")
 
 
 @hookimpl
 def rlbench_register_replay_memories(register):
     register("uniform", "rlbench.builtin.replay:UniformReplay",
-             capabilities=ReplayCapabilities(prioritized=False),
+             capabilities=caps.UNIFORM,
              description="FIFO ring of numpy arrays, uniform sampling")
     register("prioritized", "rlbench.builtin.replay:PrioritizedReplay",
              probe="rlbench.builtin.replay:probe_native",
-             capabilities=ReplayCapabilities(prioritized=True),
+             capabilities=caps.PRIORITIZED,
              description="proportional prioritized replay (Schaul et al.), sum/min tree in C")
 
 
 @hookimpl
 def rlbench_register_compute_backends(register):
-    roles = frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner",
-                       "qlearning:tabular", "sarsa:tabular"})
     register("cpu", "rlbench.builtin.compute_cpu:CpuCompute",
              probe=functools.partial(probe_modules, "torch", "numpy", hint="pip install torch numpy"),
-             capabilities=ComputeCapabilities(roles=roles, device="cpu"),
+             capabilities=caps.CPU,
              description=f"torch on the CPU for networks, numpy + C for tables ({platform.machine()})")
 
 
@@ -106,20 +92,16 @@ def _probe_gymnasium(env_id):
 @hookimpl
 def rlbench_register_algorithms(register):
     register("dqn", "rlbench.algorithms.dqn:DQN",
-             capabilities=AlgorithmCapabilities(action_space="discrete", observation_space="continuous",
-                                                loop="replay", prioritized_replay=True),
+             capabilities=caps.DQN,
              description="DQN (double-DQN and prioritized replay options)")
     register("ddpg", "rlbench.algorithms.ddpg:DDPG",
-             capabilities=AlgorithmCapabilities(action_space="continuous", observation_space="continuous",
-                                                loop="replay", prioritized_replay=True),
+             capabilities=caps.DDPG,
              description="DDPG (deterministic actor-critic, Gaussian exploration)")
-    tabular = dict(action_space="discrete", observation_space="discrete", loop="tabular", offline=True,
-                   roles=("tabular",), placements=("local",))
     register("qlearning", "rlbench.algorithms.qlearning:QLearning",
-             capabilities=AlgorithmCapabilities(**tabular),
+             capabilities=caps.TABULAR,
              description="tabular Q-learning, online or offline over a dataset (SwiftRL)")
     register("sarsa", "rlbench.algorithms.sarsa:Sarsa",
-             capabilities=AlgorithmCapabilities(**tabular),
+             capabilities=caps.TABULAR,
              description="tabular SARSA, online or offline over a dataset (SwiftRL)")
 
 

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
 from rlbench.kit.compute import check_activation, check_mlp_weights
 
@@ -66,11 +67,7 @@ class CpuCompute:
             raise RlbenchError(f"threads must be >= 1, got {threads}")
         self.threads = int(threads)
 
-    @property
-    def capabilities(self):
-        from rlbench.plugins import get_registry
-
-        return get_registry().get("compute", "cpu").capabilities
+    capabilities = caps.CPU
 
     def torch_device(self) -> Any:
         import torch

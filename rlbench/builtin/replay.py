@@ -25,7 +25,8 @@ import numpy as np
 
 from rlbench.kit.replay import (ReplayError, TransitionLayout, as_update_arrays, check_sample, non_negative_number,
                                 positive, validated_update)
-from rlbench.protocols import Probe, ReplayCapabilities, Sample
+from rlbench.builtin import capabilities as caps
+from rlbench.protocols import Probe, Sample
 
 BUILD_HINT = "build it with `pip install -e .` (needs gcc and the Python headers) or `python setup.py build_ext --inplace`"
 
@@ -44,7 +45,7 @@ def probe_native() -> Probe:
 class UniformReplay:
     """FIFO ring of numpy arrays, uniform sampling; importance weights are all ones."""
 
-    capabilities = ReplayCapabilities(prioritized=False)
+    capabilities = caps.UNIFORM
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, **ignored_options: Any) -> None:
         self.capacity = positive(capacity, "capacity")
@@ -155,7 +156,7 @@ class UniformReplay:
 class PrioritizedReplay(UniformReplay):
     """Proportional prioritized replay over a C sum/min tree (see the module docstring)."""
 
-    capabilities = ReplayCapabilities(prioritized=True)
+    capabilities = caps.PRIORITIZED
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, **ignored_options: Any) -> None:
         super().__init__(capacity, alpha=alpha, seed=seed)

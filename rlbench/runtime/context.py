@@ -76,6 +76,7 @@ class RunContext:
     replay: Any | None  # rlbench.protocols.ReplayMemory
     budget: Budget
     replay_capabilities: Any = None  # rlbench.protocols.ReplayCapabilities of the chosen memory
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # plugin options by kind, as validated
     recorder: Recorder = field(default_factory=Recorder)
     accounting: Accounting = field(default_factory=Accounting)
     curve: LearningCurve = field(default_factory=LearningCurve)

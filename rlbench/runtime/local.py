@@ -186,14 +186,16 @@ def _run_offline(ctx: RunContext) -> LoopStats:
     size, behaviour, seed = int(ctx.config.dataset), ctx.config.behaviour, ctx.config.seed
     if behaviour not in datasets.BEHAVIOURS:
         raise RlbenchError(f"unknown dataset behaviour {behaviour!r}; choose one of {', '.join(datasets.BEHAVIOURS)}")
+    options = ctx.options.get("environment", {})
     t0 = time.perf_counter()
-    path = datasets.cache_path(spec.id, size, behaviour, seed)
+    path = datasets.cache_path(ctx.config.env, size, behaviour, seed, options)
     cached = path.exists()
-    dataset = datasets.get(spec.id, size, behaviour=behaviour, seed=seed)
+    dataset = datasets.get(ctx.config.env, size, behaviour=behaviour, seed=seed, options=options)
     load_seconds = time.perf_counter() - t0
     if (dataset.n_states, dataset.n_actions) != (spec.n_states, spec.n_actions):
-        raise RlbenchError(f"dataset {path} has a ({dataset.n_states}, {dataset.n_actions}) table but {spec.id} "
-                           f"has ({spec.n_states}, {spec.n_actions}); delete the file to collect it again")
+        raise RlbenchError(f"dataset {path} was collected from a ({dataset.n_states}, {dataset.n_actions}) table, but "
+                           f"{spec.id} with options {options or 'none'} now has ({spec.n_states}, {spec.n_actions}): "
+                           "the environment changed since (another version of it); delete the file to collect it again")
 
     learner = ctx.algorithm.make_learner(spec, ctx.compute, ctx.hp, seed)
     with ctx.recorder.time("learner.fit_offline"):

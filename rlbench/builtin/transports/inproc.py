@@ -1,7 +1,10 @@
-"""In-process transport: queues between threads, zero-copy.
+"""In-process transport: queues between threads.
 
-A single-part message is handed over as a view of the sender's buffer (no copy), so the sender must
-not modify that buffer afterwards; a multi-part message is joined once.
+A message is copied once on send (a multi-part message is joined, a single part copied), so the
+sender may reuse its buffers as soon as `send` returns, as on every other transport; only a single
+`bytes` part, which nobody can change, is handed over as it is. The receiver gets a view of that
+copy, with no further copy. Limits are checked against the listener's max_message_bytes on send:
+sender and receiver share one process, so that is before anything is allocated.
 """
 
 from __future__ import annotations
@@ -14,11 +17,16 @@ from typing import Any
 
 from rlbench.kit.framing import (
     AddressError,
+    MessageTooLargeError,
     RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
+    listener_closed,
+    listener_stats,
+    message_limit,
     new_stats,
+    not_connected,
     split_address,
 )
 from rlbench.protocols import TransportCapabilities
@@ -32,8 +40,8 @@ _auto_names = itertools.count()
 def _message(parts: tuple[Any, ...], limit: int) -> memoryview:
     views, total = byte_views(parts)
     check_size(total, limit, "inproc")
-    if len(views) == 1:
-        return views[0]
+    if len(views) == 1 and type(views[0].obj) is bytes:
+        return views[0]  # immutable: the receiver can share it
     return memoryview(b"".join(views))
 
 
@@ -58,7 +66,11 @@ class InprocConnection(RequestReply):
     def send(self, *parts: Any) -> None:
         if self._closed or self._listener._closed:
             raise TransportClosedError(f"inproc connection to {self._listener.address} is closed")
-        message = _message(parts, self._listener._limit)
+        try:
+            message = _message(parts, self._listener._limit)
+        except MessageTooLargeError:
+            self._listener._stats["refused_oversize"] += 1  # the listener's limit, refused on its behalf
+            raise
         self._stats["messages_sent"] += 1
         self._stats["bytes_sent"] += message.nbytes
         self._listener._inbox.put((self._peer, message))
@@ -93,7 +105,7 @@ class InprocListener:
         self._connections: dict[int, InprocConnection] = {}
         self._next_peer = itertools.count(1)
         self._closed = False
-        self._stats = new_stats()
+        self._stats = listener_stats()
 
     def _attach(self) -> InprocConnection:
         connection = InprocConnection(self, next(self._next_peer))
@@ -101,6 +113,8 @@ class InprocListener:
         return connection
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
+        if self._closed:
+            raise listener_closed("inproc", self.address)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -109,6 +123,8 @@ class InprocListener:
                 return None
             peer, message = item
             if message is _CLOSED:
+                if self._closed:  # closed by another thread while this one waited
+                    raise listener_closed("inproc", self.address)
                 self._connections.pop(peer, None)
                 continue
             self._stats["messages_received"] += 1
@@ -116,9 +132,11 @@ class InprocListener:
             return peer, message
 
     def send(self, peer: int, *parts: Any) -> None:
+        if self._closed:
+            raise listener_closed("inproc", self.address)
         connection = self._connections.get(peer)
         if connection is None or connection._closed:
-            raise TransportClosedError(f"inproc: peer {peer} is not connected to {self.address}")
+            raise not_connected("inproc", peer, self.address)
         message = _message(parts, self._limit)
         self._stats["messages_sent"] += 1
         self._stats["bytes_sent"] += message.nbytes
@@ -141,11 +159,18 @@ class InprocListener:
                 del _listeners[self.address]
         for connection in self._connections.values():
             connection._inbox.put(_CLOSED)
+        self._inbox.put((0, _CLOSED))
 
 
 class InprocTransport:
+    """`max_message_bytes`: the largest message a listener of this transport accepts (at most the
+    capability); connections send within their listener's limit."""
+
     capabilities = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
                                          crosses_processes=False, crosses_hosts=False, zero_copy=True)
+
+    def __init__(self, max_message_bytes: int | None = None) -> None:
+        self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "inproc")
 
     def listen(self, address: str | None = None) -> InprocListener:
         if address is None:
@@ -154,7 +179,7 @@ class InprocTransport:
         with _listeners_lock:
             if address in _listeners:
                 raise AddressError(f"inproc address {address!r} is already in use")
-            listener = _listeners[address] = InprocListener(address, self.capabilities.max_message_bytes)
+            listener = _listeners[address] = InprocListener(address, self.max_message_bytes)
         return listener
 
     def connect(self, address: str, timeout: float = 10.0) -> InprocConnection:

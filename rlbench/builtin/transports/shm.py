@@ -12,6 +12,17 @@ power-of-two data area of records [u32 length, u32 flags, payload padded to 8 by
 wraps: a WRAP record sends the consumer back to the start. Messages larger than a quarter of the ring
 are cut into MORE-flagged chunks, so any size up to max_message_bytes gets through.
 
+Trust: the far side writes the ring, so what it wrote is checked before it is used. A record must lie
+inside the data area and inside what head published, its length within a chunk, its flags known:
+otherwise the peer is dropped (`malformed`). A message over the receiving side's max_message_bytes is
+refused as soon as its chunks add up to more (`refused_oversize`), before anything more is kept; the
+peer is dropped. A chunked message is reassembled without waiting: the chunks that are there are
+taken, the listener goes on serving the other peers, and a peer whose message makes no progress for
+`reassembly_timeout_s` is dropped (`reassembly_timeouts`); one that leaves in the middle is counted
+in `truncated`. The handshake socket lives in the abstract namespace, which has no file permissions:
+anyone on the host could connect, so the listener checks the connecting process's credentials
+(SO_PEERCRED) and refuses any other user than its own (`refused_peers`).
+
 Ordering: the producer writes the payload, then stores head; the consumer loads head, then reads the
 payload. x86-64 is total-store-order, so those plain stores/loads are seen in that order; weakly
 ordered CPUs would need barriers, which is why probe() refuses them.
@@ -42,13 +53,18 @@ import threading
 import time
 from typing import Any, Callable
 
+from rlbench.kit.checks import non_negative
 from rlbench.kit.framing import (
     AddressError,
     RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
+    listener_closed,
+    listener_stats,
+    message_limit,
     new_stats,
+    not_connected,
     slice_views,
     split_address,
 )
@@ -69,6 +85,16 @@ _SPIN_MAX_S, _SPIN_MIN_S = 300e-6, 2e-6
 _NAP_S = 0.002  # the longest sleep between checks of the ring, the far side's liveness and the deadline
 _HANDSHAKE_FDS = 3  # ring memory, the listener's doorbell, the peer's doorbell
 _LIVENESS_EVERY_S = 0.01
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_EXPIRY_EVERY_S = 0.05  # how often a listener looks for stalled chunked messages while any are open
+
+
+class _PeerFault(Exception):
+    """What the far side wrote into the ring breaks its rules; `counter` is the stat it adds to."""
+
+    def __init__(self, counter: str, reason: str) -> None:
+        super().__init__(reason)
+        self.counter = counter
 
 
 def probe() -> Probe:
@@ -98,11 +124,11 @@ class _Endpoint:
     """
 
     __slots__ = ("memory", "sock", "far_doorbell", "dead", "last_liveness", "tx_control", "tx_data", "capacity", "mask",
-                 "max_chunk", "head", "tail_seen", "rx_control", "rx_data", "tail",
-                 "n_sent", "n_received", "bytes_sent", "bytes_received")
+                 "max_chunk", "limit", "record_limit", "head", "tail_seen", "rx_control", "rx_data", "tail",
+                 "assembled", "progress", "n_sent", "n_received", "bytes_sent", "bytes_received")
 
     def __init__(self, memory: mmap.mmap, capacity: int, tx_base: int, rx_base: int,
-                 sock: socket.socket | None, far_doorbell: int) -> None:
+                 sock: socket.socket | None, far_doorbell: int, limit: int) -> None:
         whole = memoryview(memory)
         self.memory = memory
         self.sock = sock  # None where another thread watches the far side for us
@@ -117,9 +143,13 @@ class _Endpoint:
         self.capacity = capacity
         self.mask = capacity - 1
         self.max_chunk = capacity // 4 - _RECORD.size
+        self.limit = limit  # max_message_bytes, both ways
+        self.record_limit = min(self.max_chunk, limit)  # the largest single-record message
         self.head = self.tx_control[_HEAD]  # our producer position (we are its only writer)
         self.tail_seen = self.tx_control[_TAIL]  # the consumer's tail when we last looked
         self.tail = self.rx_control[_TAIL]  # our consumer position; published at the next receive
+        self.assembled: bytearray | None = None  # the chunks of a message so far
+        self.progress = 0.0  # when its last chunk came
         self.n_sent = self.n_received = self.bytes_sent = self.bytes_received = 0
 
     def stats(self) -> dict[str, int]:
@@ -143,7 +173,7 @@ class _Endpoint:
         return self.dead
 
     # -- producing ----------------------------------------------------------------------------
-    def put(self, parts: tuple[Any, ...], limit: int) -> None:
+    def put(self, parts: tuple[Any, ...]) -> None:
         if len(parts) == 1:  # fast path: one byte-like part that fits where the head is
             part = parts[0]
             kind = type(part)
@@ -152,7 +182,7 @@ class _Endpoint:
                 need = 8 + ((total + 7) & ~7)
                 head = self.head
                 position = head & self.mask
-                if (total <= self.max_chunk and position + need <= self.capacity
+                if (total <= self.record_limit and position + need <= self.capacity
                         and head + need - self.tail_seen <= self.capacity):
                     data = self.tx_data
                     _pack_record(data, position, total, 0)
@@ -165,7 +195,7 @@ class _Endpoint:
                         self.ring()
                     return
         views, total = byte_views(parts)
-        check_size(total, limit, "shm")
+        check_size(total, self.limit, "shm")
         chunk = self.max_chunk
         if total <= chunk:
             self._record(total, 0, views)
@@ -225,43 +255,62 @@ class _Endpoint:
     def ready(self) -> bool:
         return self.rx_control[0] != self.tail
 
-    def take(self) -> memoryview:
-        """The next message (one is ready); a single record comes back as a view of the ring."""
+    def take(self) -> memoryview | None:
+        """The next message (something is ready), or None while a chunked message waits for its next
+        chunk. A single record comes back as a view of the ring. Raises _PeerFault for records that
+        break the ring's rules."""
         tail = self.tail
         position = tail & self.mask
         length, flags = _unpack_record(self.rx_data, position)
-        if not flags:
+        # The common case, checked in full: one record, inside the data area and inside what head published.
+        if (not flags and length <= self.record_limit and position + 8 + length <= self.capacity
+                and tail + 8 + length <= self.rx_control[0] <= tail + self.capacity and self.assembled is None):
             self.tail = tail + 8 + ((length + 7) & ~7)
             self.n_received += 1
             self.bytes_received += length
             return self.rx_data[position + 8:position + 8 + length]
         return self._take_records()
 
-    def _take_records(self) -> memoryview:
-        control, data, mask = self.rx_control, self.rx_data, self.mask
-        assembled: bytearray | None = None
+    def _take_records(self) -> memoryview | None:
+        control, data, mask, capacity = self.rx_control, self.rx_data, self.mask, self.capacity
         while True:
-            while control[_HEAD] == self.tail:  # a chunked message: the rest is on its way
-                if self.far_side_gone() and control[_HEAD] == self.tail:
-                    raise TransportClosedError("shm: the other side died in the middle of a message")
-            position = self.tail & mask
+            tail = self.tail
+            available = control[_HEAD] - tail
+            if not available:
+                return None  # the rest of a chunked message is on its way; nobody waits for it here
+            if not _RECORD.size <= available <= capacity:
+                raise _PeerFault("malformed", f"head is {available} bytes from the tail of a {capacity}-byte ring")
+            position = tail & mask
             length, flags = _unpack_record(data, position)
-            if flags & _WRAP:
-                self.tail += self.capacity - position
+            if flags == _WRAP:
+                if capacity - position > available:
+                    raise _PeerFault("malformed", "a wrap record past what head published")
+                self.tail = tail + capacity - position
                 control[_TAIL] = self.tail
                 continue
-            end = position + _RECORD.size + length
-            next_tail = self.tail + _RECORD.size + _pad8(length)
-            if assembled is None and not flags & _MORE:
-                self.tail = next_tail  # published at the next receive, so the view stays valid
-                message = data[position + _RECORD.size:end]
+            need = _RECORD.size + _pad8(length)
+            if flags & ~_MORE or length > self.max_chunk or position + need > capacity or need > available:
+                raise _PeerFault("malformed", f"a record of {length} bytes, flags {flags:#x}, at {position} "
+                                              f"with {available} bytes published")
+            body = data[position + _RECORD.size:position + _RECORD.size + length]
+            assembled = self.assembled
+            if assembled is None and not flags:
+                if length > self.limit:
+                    raise _PeerFault("refused_oversize", f"a message of {length} bytes, over max_message_bytes={self.limit}")
+                self.tail = tail + need  # published at the next receive, so the view stays valid
+                message = body
                 break
+            size = length if assembled is None else len(assembled) + length
+            if size > self.limit:
+                raise _PeerFault("refused_oversize", f"a chunked message past {size} bytes, over max_message_bytes={self.limit}")
             if assembled is None:
-                assembled = bytearray()
-            assembled += data[position + _RECORD.size:end]
-            self.tail = next_tail
-            control[_TAIL] = next_tail  # free the chunk now so the producer can go on
+                assembled = self.assembled = bytearray()
+            assembled += body
+            self.progress = time.monotonic()
+            self.tail = tail + need
+            control[_TAIL] = self.tail  # free the chunk now so the producer can go on
             if not flags & _MORE:
+                self.assembled = None
                 message = memoryview(assembled)
                 break
         self.n_received += 1
@@ -369,18 +418,17 @@ def _socket_name(address: str) -> bytes:
 class ShmConnection(RequestReply):
     scheme = "shm"
 
-    def __init__(self, endpoint: _Endpoint, doorbell: int, address: str, limit: int) -> None:
+    def __init__(self, endpoint: _Endpoint, doorbell: int, address: str) -> None:
         self._endpoint = endpoint
         self._waiter = _Waiter(doorbell, watch=(endpoint.sock,))
         self._controls = [endpoint.rx_control]
         self._address = address
-        self._limit = limit
         self._closed = False
 
     def send(self, *parts: Any) -> None:
         if self._closed:
             raise TransportClosedError(f"shm connection to {self._address} is closed")
-        self._endpoint.put(parts, self._limit)
+        self._endpoint.put(parts)
 
     def recv(self, timeout: float | None = None) -> memoryview | None:
         if self._closed:
@@ -389,13 +437,33 @@ class ShmConnection(RequestReply):
         control = endpoint.rx_control
         tail = endpoint.tail
         control[_TAIL] = tail  # the view returned last time is released now
-        if control[0] == tail:
-            if timeout is not None and timeout <= 0:
+        if control[0] != tail:
+            message = self._take()
+            if message is not None:
+                return message
+        return self._wait(timeout)
+
+    def _wait(self, timeout: float | None) -> memoryview | None:
+        """Nothing here yet, or only the first chunks of a message: wait for the rest, up to `timeout`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 self._raise_if_gone()
                 return None
-            if self._waiter.wait(endpoint.ready, timeout, self._raise_if_gone, self._sleeping_on) is None:
+            if self._waiter.wait(self._endpoint.ready, remaining, self._raise_if_gone, self._sleeping_on) is None:
                 return None
-        return endpoint.take()
+            message = self._take()
+            if message is not None:
+                return message
+
+    def _take(self) -> memoryview | None:
+        try:
+            return self._endpoint.take()
+        except _PeerFault as fault:
+            self.close()
+            raise TransportClosedError(f"shm: listener {self._address} broke the ring's rules ({fault}); "
+                                       "connection closed") from None
 
     def _sleeping_on(self) -> list[memoryview]:
         return self._controls
@@ -416,10 +484,12 @@ class ShmConnection(RequestReply):
 
 
 class ShmListener:
-    def __init__(self, address: str, ring_bytes: int, limit: int) -> None:
+    def __init__(self, address: str, ring_bytes: int, limit: int, reassembly_timeout_s: float) -> None:
         self.address = address
         self._ring_bytes = ring_bytes
         self._limit = limit
+        self._reassembly_timeout = reassembly_timeout_s
+        self._uid = os.geteuid()
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._server.bind(_socket_name(address))
@@ -428,16 +498,23 @@ class ShmListener:
             raise AddressError(f"shm: cannot listen on {address!r}: {exc.strerror}") from None
         self._server.listen(64)
         self._endpoints: dict[int, _Endpoint] = {}
+        self._sockets: dict[int, socket.socket] = {}  # to shut a dropped peer's socket (the accept thread owns it)
         self._order: list[tuple[int, _Endpoint]] = []  # round-robin polling order
         self._turn = 0
         self._held: _Endpoint | None = None
         self._next_peer = itertools.count(1)
         self._lock = threading.Lock()
-        self._arrivals: list[tuple[int, _Endpoint]] = []  # filled by the accept thread
+        self._arrivals: list[tuple[int, _Endpoint, socket.socket]] = []  # filled by the accept thread
         self._wake_r, self._wake_w = os.pipe()
         self._waiter = _Waiter(_new_doorbell())
         self._closed = False
-        self._departed: list[_Endpoint] = []  # their counters stay in the listener's stats
+        self._departed = new_stats()  # the counters of peers no longer here
+        self._closing: list[_Endpoint] = []  # dropped while their ring might be in the waiter's hands; closed when idle
+        self._partials: dict[int, _Endpoint] = {}  # peers in the middle of a chunked message
+        self._last_expiry = 0.0
+        # truncated: chunked messages cut off by their peer leaving; refused_peers: connections from other users
+        self._faults = listener_stats(reassembly_timeouts=0, truncated=0)
+        self._refused_peers = 0  # written by the accept thread only
         # The accept thread keeps accepting (and watching peer sockets for EOF) off the polling path,
         # so polling stays free of syscalls however peers come and go.
         self._thread = threading.Thread(target=self._accept_loop, name=f"shm-accept {address}", daemon=True)
@@ -472,6 +549,11 @@ class ShmListener:
             sock, _ = self._server.accept()
         except OSError:
             return None
+        _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+        if uid != self._uid:  # only the run's own processes: the abstract socket itself lets anyone connect
+            self._refused_peers += 1  # counted before the peer can see the refusal
+            sock.close()
+            return None
         capacity = self._ring_bytes
         fd = os.memfd_create("rlbench-shm", os.MFD_CLOEXEC)
         peer_doorbell = _new_doorbell()
@@ -489,9 +571,9 @@ class ShmListener:
         # The peer produces into the first ring, the listener into the second. The socket belongs to
         # this thread (it marks the endpoint dead at EOF), so the endpoint gets none to peek at.
         endpoint = _Endpoint(memory, capacity, tx_base=_CONTROL_BYTES + capacity, rx_base=0, sock=None,
-                             far_doorbell=peer_doorbell)
+                             far_doorbell=peer_doorbell, limit=self._limit)
         with self._lock:
-            self._arrivals.append((peer, endpoint))
+            self._arrivals.append((peer, endpoint, sock))
         os.eventfd_write(self._waiter.doorbell, 1)  # a sleeping poller admits the newcomer now
         return sock, endpoint
 
@@ -499,65 +581,123 @@ class ShmListener:
     def _admit(self) -> None:
         with self._lock:
             arrivals, self._arrivals = self._arrivals, []
-        for peer, endpoint in arrivals:
+        for peer, endpoint, sock in arrivals:
             self._endpoints[peer] = endpoint
+            self._sockets[peer] = sock
         self._order = list(self._endpoints.items())
 
-    def _poll_once(self) -> tuple[int, _Endpoint] | None:
+    def _poll_message(self) -> tuple[int, memoryview] | None:
         order = self._order
         n = len(order)
         start = self._turn
         for i in range(n):  # round-robin, so a busy peer cannot starve the others
-            entry = order[(start + i) % n]
-            endpoint = entry[1]
+            peer, endpoint = order[(start + i) % n]
             if endpoint.rx_control[0] != endpoint.tail:
                 self._turn = (start + i + 1) % n
-                return entry
+                try:
+                    message = endpoint.take()
+                except _PeerFault as fault:
+                    self._drop(peer, fault.counter)
+                    return None
+                if message is None:  # part of a chunked message: keep it, serve the others meanwhile
+                    self._partials[peer] = endpoint
+                    continue
+                self._held = endpoint
+                return peer, message
         if self._arrivals:  # a list's truth value: no syscall, however often we poll
             self._admit()
         return None
 
-    def _on_idle(self) -> None:
-        """Forget peers that left and whose ring is drained (slow path only)."""
-        gone = [peer for peer, endpoint in self._order if not endpoint.ready() and endpoint.far_side_gone()]
-        for peer in gone:
-            endpoint = self._endpoints.pop(peer)
-            self._departed.append(endpoint)
-            if endpoint is self._held:
-                self._held = None
+    def _drop(self, peer: int, fault: str | None = None) -> None:
+        """Forget a peer: it left (fault None), or broke the rules (fault: the counter); the latter is
+        told, by the closed flag on its ring and the end of its socket."""
+        endpoint = self._endpoints.pop(peer, None)
+        if endpoint is None:
+            return
+        self._order = list(self._endpoints.items())
+        self._partials.pop(peer, None)
+        if endpoint is self._held:
+            self._held = None
+        if fault is not None:
+            self._faults[fault] += 1
+            self._faults["dropped_peers"] += 1
+        elif endpoint.assembled is not None:
+            self._faults["truncated"] += 1
+        endpoint.tx_control[_CLOSED] = 1
+        sock = self._sockets.pop(peer)
+        if fault is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # the accept thread sees the EOF and closes it
+            except OSError:
+                pass  # closed already: the peer left first
+        self._retire(endpoint)
+
+    def _retire(self, endpoint: _Endpoint) -> None:
+        """Keep a departed endpoint's counters; close it when no waiter can hold its ring."""
+        for key, value in endpoint.stats().items():
+            self._departed[key] += value
+        self._closing.append(endpoint)
+
+    def _close_retired(self) -> None:
+        for endpoint in self._closing:
             endpoint.close(sock_too=False)
-        if gone:
-            self._order = list(self._endpoints.items())
+        self._closing.clear()
+
+    def _expire_partials(self) -> None:
+        """Drop peers whose chunked message stopped coming (slow path; a few times a second at most)."""
+        now = time.monotonic()
+        if now - self._last_expiry < _EXPIRY_EVERY_S:
+            return
+        self._last_expiry = now
+        for peer, endpoint in list(self._partials.items()):
+            if endpoint.assembled is None:
+                del self._partials[peer]  # finished
+            elif endpoint.ready():
+                continue  # its next chunk is here
+            elif endpoint.far_side_gone():
+                self._drop(peer)
+            elif now - endpoint.progress > self._reassembly_timeout:
+                self._drop(peer, "reassembly_timeouts")
+
+    def _on_idle(self) -> None:
+        """Forget peers that left and whose ring is drained; give back the rings of dropped peers (slow path only)."""
+        for peer in [peer for peer, endpoint in self._order if not endpoint.ready() and endpoint.far_side_gone()]:
+            self._drop(peer)
+        if self._partials:
+            self._expire_partials()
+        self._close_retired()  # before the waiter flags the rings it sleeps on: these are gone
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
-            raise TransportClosedError(f"shm listener {self.address} is closed")
+            raise listener_closed("shm", self.address)
         held = self._held
         if held is not None:  # the view returned last time is released now
             held.rx_control[_TAIL] = held.tail
-        entry = self._poll_once()
-        if entry is None:
+        if self._partials:
+            self._expire_partials()
+        if self._closing:
+            self._close_retired()
+        item = self._poll_message()
+        if item is None:
             if timeout is not None and timeout <= 0:
                 self._on_idle()
                 return None
-            entry = self._waiter.wait(self._poll_once, timeout, self._on_idle, self._sleeping_on)
-            if entry is None:
-                return None
-        peer, endpoint = entry
-        self._held = endpoint
-        return peer, endpoint.take()
+            item = self._waiter.wait(self._poll_message, timeout, self._on_idle, self._sleeping_on)
+        return item
 
     def _sleeping_on(self) -> list[memoryview]:
         return [endpoint.rx_control for _, endpoint in self._order]
 
     def send(self, peer: int, *parts: Any) -> None:
+        if self._closed:
+            raise listener_closed("shm", self.address)
         endpoint = self._endpoints.get(peer)
         if endpoint is None and self._arrivals:
             self._admit()
             endpoint = self._endpoints.get(peer)
         if endpoint is None or endpoint.dead or endpoint.rx_control[_CLOSED]:
-            raise TransportClosedError(f"shm: peer {peer} is not connected to {self.address}")
-        endpoint.put(parts, self._limit)
+            raise not_connected("shm", peer, self.address)
+        endpoint.put(parts)
 
     @property
     def peers(self) -> list[int]:
@@ -567,9 +707,9 @@ class ShmListener:
 
     @property
     def stats(self) -> dict[str, int]:
-        total = new_stats()
-        for endpoint in [*self._endpoints.values(), *self._departed]:
-            for key, value in endpoint.stats().items():
+        total = dict(self._faults, refused_peers=self._refused_peers)
+        for counters in [self._departed, *(endpoint.stats() for endpoint in self._endpoints.values())]:
+            for key, value in counters.items():
                 total[key] += value
         return total
 
@@ -585,8 +725,8 @@ class ShmListener:
         self._waiter.close()
         self._admit()
         for endpoint in self._endpoints.values():
-            endpoint.close(sock_too=False)
-        self._departed.extend(self._endpoints.values())
+            self._retire(endpoint)
+        self._close_retired()
         self._endpoints.clear()
         self._order = []
 
@@ -595,15 +735,18 @@ class ShmTransport:
     capabilities = TransportCapabilities(max_message_bytes=64 << 20, reliable=True, ordered=True,
                                          crosses_processes=True, crosses_hosts=False, zero_copy=True)
 
-    def __init__(self, ring_bytes: int = 1 << 20) -> None:
+    def __init__(self, ring_bytes: int = 1 << 20, max_message_bytes: int | None = None,
+                 reassembly_timeout_s: float = 2.0) -> None:
         if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
             raise RlbenchError(f"shm ring_bytes must be a power of two >= 4096, got {ring_bytes}")
         self.ring_bytes = ring_bytes
+        self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "shm")
+        self.reassembly_timeout_s = non_negative(reassembly_timeout_s, "shm: reassembly_timeout_s")
 
     def listen(self, address: str | None = None) -> ShmListener:
         if address is None:
             address = f"shm://{os.getpid()}-{secrets.token_hex(4)}"
-        return ShmListener(address, self.ring_bytes, self.capabilities.max_message_bytes)
+        return ShmListener(address, self.ring_bytes, self.max_message_bytes, self.reassembly_timeout_s)
 
     def connect(self, address: str, timeout: float = 10.0) -> ShmConnection:
         name = _socket_name(address)
@@ -629,6 +772,9 @@ class ShmTransport:
             sock.close()
             for fd in fds:
                 os.close(fd)
+            if not message:
+                raise TransportClosedError(f"shm: {address} closed the connection without a handshake (an shm listener "
+                                           f"accepts only processes of its own user; this one runs as uid {os.geteuid()})")
             raise TransportClosedError(f"shm: {address} did not answer the handshake (is it an rlbench shm listener?)")
         capacity, _peer = _HANDSHAKE.unpack(message)
         memory_fd, listener_doorbell, own_doorbell = fds
@@ -637,5 +783,5 @@ class ShmTransport:
         finally:
             os.close(memory_fd)
         endpoint = _Endpoint(memory, capacity, tx_base=0, rx_base=_CONTROL_BYTES + capacity, sock=sock,
-                             far_doorbell=listener_doorbell)
-        return ShmConnection(endpoint, own_doorbell, address, self.capabilities.max_message_bytes)
+                             far_doorbell=listener_doorbell, limit=self.max_message_bytes)
+        return ShmConnection(endpoint, own_doorbell, address)

@@ -1,6 +1,10 @@
 """Kernel TCP, the baseline the DPDK paper compares against: a 4-byte length prefix per message,
 TCP_NODELAY, gather-send with sendmsg, a selector on the listener and plain blocking-with-timeout
-receives on connections."""
+receives on connections.
+
+A length prefix is a claim: one over the receiving side's max_message_bytes ends the connection
+(counted in the listener's refused_oversize and dropped_peers), and a large body's buffer grows with
+the bytes that arrive, so a prefix that lies costs the receiver no more than what was really sent."""
 
 from __future__ import annotations
 
@@ -18,7 +22,11 @@ from rlbench.kit.framing import (
     byte_views,
     check_size,
     host_port,
+    listener_closed,
+    listener_stats,
+    message_limit,
     new_stats,
+    not_connected,
 )
 from rlbench.protocols import TransportCapabilities
 
@@ -48,23 +56,35 @@ def _send_message(sock: socket.socket, parts: tuple[Any, ...], limit: int) -> in
 
 
 class _FrameReader:
-    """Cuts a byte stream into messages; large bodies go straight into their own buffer."""
+    """Cuts a byte stream into messages; large bodies go straight into their own buffer, grown as
+    they arrive. `refused` is the length of a prefix over the limit: the stream cannot go on."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
         self._buffer = bytearray()
         self._body: bytearray | None = None
+        self._claimed = 0  # the prefix of the body being received
         self._filled = 0
+        self.refused = 0
         self.ready: collections.deque[memoryview] = collections.deque()
+
+    @property
+    def mid_message(self) -> bool:
+        return self._body is not None or bool(self._buffer)
 
     def fill(self, sock: socket.socket) -> bool:
         """One receive; False at end of stream."""
-        if self._body is not None:
-            n = sock.recv_into(memoryview(self._body)[self._filled:])
+        body = self._body
+        if body is not None:
+            if self._filled == len(body):  # grow by what arrived so far (at most doubling), never to the claim at once
+                body += bytes(min(self._claimed - self._filled, max(self._filled, _CHUNK)))
+            with memoryview(body) as whole, whole[self._filled:] as free:
+                n = sock.recv_into(free)
             if n == 0:
                 return False
             self._filled += n
-            if self._filled == len(self._body):
-                self.ready.append(memoryview(self._body))
+            if self._filled == self._claimed:
+                self.ready.append(memoryview(body))
                 self._body = None
             return True
         data = sock.recv(_CHUNK)
@@ -75,14 +95,15 @@ class _FrameReader:
         pos = 0
         while len(buffer) - pos >= 4:
             (n,) = _LENGTH.unpack_from(buffer, pos)
+            if n > self._limit:
+                self.refused = n
+                break
             have = len(buffer) - pos - 4
             if have >= n:
                 self.ready.append(memoryview(buffer[pos + 4:pos + 4 + n]))
                 pos += 4 + n
             elif n >= _LARGE:
-                body = bytearray(n)
-                body[:have] = buffer[pos + 4:]
-                self._body, self._filled = body, have
+                self._body, self._claimed, self._filled = buffer[pos + 4:], n, have
                 pos = len(buffer)
                 break
             else:
@@ -98,10 +119,10 @@ class TcpConnection(RequestReply):
         self._sock = sock
         self._address = address
         self._limit = limit
-        self._reader = _FrameReader()
+        self._reader = _FrameReader(limit)
         self._timeout: float | None = -1.0  # what the socket is set to; -1: unknown
         self._closed = False
-        self._eof = False
+        self._ended = ""  # why the stream cannot go on (the far side closed, or broke the framing)
         self._stats = new_stats()
 
     def send(self, *parts: Any) -> None:
@@ -126,17 +147,26 @@ class TcpConnection(RequestReply):
         reader = self._reader
         deadline = None if timeout is None else time.monotonic() + timeout
         while not reader.ready:
-            if self._eof:
-                raise TransportClosedError(f"tcp: {self._address} closed the connection")
+            if self._ended:
+                raise TransportClosedError(self._ended)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._set_timeout(remaining)
             try:
-                if not reader.fill(self._sock):
-                    self._eof = True
+                alive = reader.fill(self._sock)
             except (socket.timeout, BlockingIOError):
                 return None
             except ConnectionResetError:
-                self._eof = True
+                alive = False
+            if reader.refused:
+                self._ended = (f"tcp: {self._address} sent a message of {reader.refused} bytes, over this side's "
+                               f"max_message_bytes={self._limit}; the connection is closed")
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # the far side is gone already
+            elif not alive:
+                self._ended = f"tcp: {self._address} closed the connection" + (
+                    " in the middle of a message" if reader.mid_message else "")
         message = reader.ready.popleft()
         self._stats["messages_received"] += 1
         self._stats["bytes_received"] += message.nbytes
@@ -163,14 +193,18 @@ class TcpListener:
         self._next_peer = itertools.count(1)
         self._ready: collections.deque[tuple[int, memoryview]] = collections.deque()
         self._closed = False
-        self._stats = new_stats()
+        # truncated: messages cut off by their peer leaving in the middle
+        self._stats = listener_stats(truncated=0)
 
     def _accept(self) -> None:
-        sock, _ = self._server.accept()
+        try:
+            sock, _ = self._server.accept()
+        except (BlockingIOError, ConnectionAbortedError):
+            return  # the peer gave up before we got to it
         _tune(sock)
         sock.setblocking(True)
         peer = next(self._next_peer)
-        self._peers[peer] = (sock, _FrameReader())
+        self._peers[peer] = (sock, _FrameReader(self._limit))
         self._selector.register(sock, selectors.EVENT_READ, peer)
 
     def _drop(self, peer: int) -> None:
@@ -178,27 +212,35 @@ class TcpListener:
         self._selector.unregister(sock)
         sock.close()
 
+    def _read(self, peer: int) -> None:
+        """Take what one peer sent; drop it at its end of stream, or when it claims too much."""
+        sock, reader = self._peers[peer]
+        try:
+            alive = reader.fill(sock)
+        except OSError:  # reset, or any other failure of this one socket: that peer is gone
+            alive = False
+        self._ready.extend((peer, message) for message in reader.ready)
+        reader.ready.clear()
+        if reader.refused:
+            self._stats["refused_oversize"] += 1
+            self._stats["dropped_peers"] += 1
+            self._drop(peer)
+        elif not alive:
+            self._stats["truncated"] += reader.mid_message
+            self._drop(peer)
+
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
-            raise TransportClosedError(f"tcp listener {self.address} is closed")
+            raise listener_closed("tcp", self.address)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ready:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self._selector.select(remaining)
             for key, _ in events:
-                peer = key.data
-                if peer is None:
+                if key.data is None:
                     self._accept()
-                    continue
-                sock, reader = self._peers[peer]
-                try:
-                    alive = reader.fill(sock)
-                except ConnectionResetError:
-                    alive = False
-                self._ready.extend((peer, message) for message in reader.ready)
-                reader.ready.clear()
-                if not alive:
-                    self._drop(peer)
+                elif key.data in self._peers:
+                    self._read(key.data)
             if not events and remaining is not None and remaining <= 0:
                 return None
         peer, message = self._ready.popleft()
@@ -207,9 +249,11 @@ class TcpListener:
         return peer, message
 
     def send(self, peer: int, *parts: Any) -> None:
+        if self._closed:
+            raise listener_closed("tcp", self.address)
         entry = self._peers.get(peer)
         if entry is None:
-            raise TransportClosedError(f"tcp: peer {peer} is not connected to {self.address}")
+            raise not_connected("tcp", peer, self.address)
         try:
             n = _send_message(entry[0], parts, self._limit)
         except (BrokenPipeError, ConnectionResetError) as exc:
@@ -237,8 +281,13 @@ class TcpListener:
 
 
 class TcpTransport:
+    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability)."""
+
     capabilities = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
                                          crosses_processes=True, crosses_hosts=True)
+
+    def __init__(self, max_message_bytes: int | None = None) -> None:
+        self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "tcp")
 
     def listen(self, address: str | None = None) -> TcpListener:
         host, port = host_port(address or "tcp://127.0.0.1:0", "tcp")
@@ -250,7 +299,7 @@ class TcpTransport:
         sock.setblocking(False)
         bound_port = sock.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
-        return TcpListener(sock, f"tcp://{shown}:{bound_port}", self.capabilities.max_message_bytes)
+        return TcpListener(sock, f"tcp://{shown}:{bound_port}", self.max_message_bytes)
 
     def connect(self, address: str, timeout: float = 10.0) -> TcpConnection:
         host, port = host_port(address, "tcp")
@@ -265,4 +314,4 @@ class TcpTransport:
                 time.sleep(0.01)
         _tune(sock)
         sock.settimeout(None)
-        return TcpConnection(sock, address, self.capabilities.max_message_bytes)
+        return TcpConnection(sock, address, self.max_message_bytes)

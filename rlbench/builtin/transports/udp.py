@@ -10,6 +10,16 @@ message before starting the next, so messages arrive in order.
 Loss is counted, never silent: per peer, the receiver expects sequence numbers in order; a gap, or a
 reassembly that makes no progress for `reassembly_timeout_s`, adds to stats["lost"]. The invariant
 the conformance kit checks is received + lost == sent.
+
+A header is a claim, checked before anything is kept: a datagram whose fields do not add up is
+`malformed`; a message whose total exceeds the receiving side's max_message_bytes is refused
+(`refused_oversize`, not lost) and the sender is told (a REFUSE datagram), so its `send` raises
+MessageTooLargeError. Reassembly holds only the fragments that arrived: in order they extend the
+message's buffer, ahead of a gap they wait apart. Its memory is bounded three ways: at most two
+messages in reassembly per peer (a sender finishes one before the next), at most
+`max_reassembly_bytes` held in all (the reassembly touched longest ago is given up, counted lost and
+in `reassembly_evictions`), and at most `max_peers` peers known to a listener (the one heard from
+longest ago is forgotten, counted in `evicted_peers`).
 """
 
 from __future__ import annotations
@@ -22,13 +32,18 @@ import struct
 import time
 from typing import Any
 
+from rlbench.kit.checks import positive_int
 from rlbench.kit.framing import (
+    MessageTooLargeError,
     RequestReply,
     TransportClosedError,
     byte_views,
     check_size,
     host_port,
-    new_stats,
+    listener_closed,
+    listener_stats,
+    message_limit,
+    not_connected,
     slice_views,
 )
 from rlbench.errors import RlbenchError
@@ -36,7 +51,11 @@ from rlbench.protocols import TransportCapabilities
 
 _HEADER = struct.Struct("<HBBIIIII")
 _MAGIC, _VERSION = 0x5242, 1
-_DATA, _ACK, _HELLO, _WELCOME, _BYE = range(5)
+_DATA, _ACK, _HELLO, _WELCOME, _BYE, _REFUSE = range(6)
+_MIN_DATAGRAM, _MAX_DATAGRAM = 512, 65507
+_MIN_FRAGMENT, _MAX_FRAGMENT = _MIN_DATAGRAM - _HEADER.size, _MAX_DATAGRAM - _HEADER.size
+_PARTIALS_PER_PEER = 2  # the message being sent, and one its sender gave up on
+_REFUSED = -1  # peer.acked[seq] once the far side refused the message
 _WINDOW = 32  # fragments in flight per message
 _ACK_EVERY = 8  # the receiver acknowledges every this many fragments (and the last)
 _RTO_S, _MAX_RTO_S = 0.02, 0.2
@@ -44,21 +63,39 @@ _RCVBUF = 4 << 20
 
 
 class _Partial:
-    """A message being reassembled."""
+    """A message being reassembled: fragments 0..contiguous-1 in `buffer`, later ones in `ahead`."""
 
-    __slots__ = ("buffer", "seen", "have", "contiguous", "count", "touched")
+    __slots__ = ("buffer", "ahead", "contiguous", "count", "total", "fragment", "held", "touched")
 
-    def __init__(self, total: int, count: int) -> None:
-        self.buffer = bytearray(total)
-        self.seen = bytearray(count)
-        self.have = 0
-        self.contiguous = 0  # fragments 0..contiguous-1 are all here
+    def __init__(self, total: int, count: int, fragment: int) -> None:
+        self.buffer = bytearray()
+        self.ahead: dict[int, bytes] = {}  # fragments that came before an earlier one
+        self.contiguous = 0
         self.count = count
+        self.total = total
+        self.fragment = fragment
+        self.held = 0  # bytes in buffer and ahead
         self.touched = time.monotonic()
+
+    def add(self, index: int, payload: memoryview) -> bool:
+        """Keep one fragment; False when it is a duplicate."""
+        if index < self.contiguous or index in self.ahead:
+            return False
+        if index == self.contiguous:
+            self.buffer += payload
+            self.contiguous += 1
+            while self.contiguous in self.ahead:
+                self.buffer += self.ahead.pop(self.contiguous)
+                self.contiguous += 1
+        else:
+            self.ahead[index] = bytes(payload)
+        self.held += payload.nbytes
+        self.touched = time.monotonic()
+        return True
 
 
 class _Peer:
-    __slots__ = ("id", "addr", "send_seq", "expected", "partials", "acked")
+    __slots__ = ("id", "addr", "send_seq", "expected", "partials", "acked", "refused", "far_limit", "heard")
 
     def __init__(self, peer_id: int, addr: Any) -> None:
         self.id = peer_id
@@ -67,28 +104,40 @@ class _Peer:
         self.expected = 0  # the next sequence number not yet delivered or counted lost
         self.partials: dict[int, _Partial] = {}
         self.acked: dict[int, int] = {}  # seq -> fragments the far side confirmed, while sending it
+        self.refused: int | None = None  # the last seq we refused from this peer
+        self.far_limit = 0  # the max_message_bytes its last REFUSE gave
+        self.heard = time.monotonic()
 
 
 class _UdpEndpoint:
     """What listener and connection share: one socket, framing, reassembly, acknowledgements."""
 
     def __init__(self, sock: socket.socket, datagram_bytes: int, limit: int, reassembly_timeout_s: float,
-                 give_up_s: float) -> None:
+                 give_up_s: float, max_reassembly_bytes: int, max_peers: int) -> None:
         self._sock = sock
         self._fragment = datagram_bytes - _HEADER.size
         self._limit = limit
         self._reassembly_timeout = reassembly_timeout_s
         self._give_up = give_up_s
+        self._max_reassembly = max_reassembly_bytes
+        self._max_peers = max_peers
+        self._reassembling = 0  # bytes held by every peer's partials
         self._buffer = bytearray(65536)
         self._view = memoryview(self._buffer)
         self._timeout: float | None = -1.0
         self._inbox: collections.deque[tuple[_Peer, memoryview]] = collections.deque()
         self._last_expiry = time.monotonic()
-        self._stats = new_stats(fragments_sent=0, fragments_received=0, retransmits=0, reassembly_timeouts=0,
-                                send_abandoned=0, duplicates=0, malformed=0)
+        self._stats = listener_stats(fragments_sent=0, fragments_received=0, retransmits=0, reassembly_timeouts=0,
+                                     reassembly_evictions=0, evicted_peers=0, send_abandoned=0, refused_by_peer=0,
+                                     duplicates=0)
 
     # -- subclass hooks -----------------------------------------------------------------------
-    def _peer_for(self, addr: Any) -> _Peer | None:
+    def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
+        """The peer whose data datagram (of message `seq`) came from `addr`: a listener also learns
+        peers from their data (a lost hello, or a peer it had forgotten)."""
+        raise NotImplementedError
+
+    def _known_peer(self, addr: Any) -> _Peer | None:
         raise NotImplementedError
 
     def _control(self, kind: int, addr: Any, index: int) -> None:
@@ -106,8 +155,8 @@ class _UdpEndpoint:
             except (BlockingIOError, socket.timeout):  # send buffer full while a receive timeout is set
                 select.select([], [self._sock], [], 0.05)
 
-    def _send_control(self, kind: int, addr: Any, seq: int = 0, index: int = 0, count: int = 0) -> None:
-        self._sendmsg([_HEADER.pack(_MAGIC, _VERSION, kind, seq, index, count, 0, 0)], addr)
+    def _send_control(self, kind: int, addr: Any, seq: int = 0, index: int = 0, count: int = 0, total: int = 0) -> None:
+        self._sendmsg([_HEADER.pack(_MAGIC, _VERSION, kind, seq, index, count, total, 0)], addr)
 
     def _send_message(self, peer: _Peer, parts: tuple[Any, ...]) -> None:
         views, total = byte_views(parts)
@@ -146,6 +195,10 @@ class _UdpEndpoint:
                 acked = peer.acked[seq]
                 if acked >= count:
                     return True
+                if acked == _REFUSED:
+                    stats["refused_by_peer"] += 1
+                    raise MessageTooLargeError(f"udp: {peer.addr} refused a message of {total} bytes: over its "
+                                               f"max_message_bytes={peer.far_limit}")
                 while next_index < min(count, acked + _WINDOW):
                     send_fragment(next_index)
                     next_index += 1
@@ -187,23 +240,26 @@ class _UdpEndpoint:
             self._stats["malformed"] += 1
             return True
         magic, version, kind, seq, index, count, total, fragment = _HEADER.unpack_from(self._buffer)
-        if magic != _MAGIC or version != _VERSION:
+        if magic != _MAGIC or version != _VERSION or kind > _REFUSE:
             self._stats["malformed"] += 1
             return True
-        if kind != _DATA:
-            if kind == _ACK:
-                peer = self._peer_for(addr)
-                if peer is not None and seq in peer.acked:
+        if kind == _ACK or kind == _REFUSE:
+            peer = self._known_peer(addr)  # only a peer we send to acknowledges; nobody new joins by it
+            if peer is not None:
+                peer.heard = time.monotonic()
+            if peer is not None and seq in peer.acked and peer.acked[seq] != _REFUSED:
+                if kind == _ACK:
                     peer.acked[seq] = max(peer.acked[seq], index)
-            else:
-                self._control(kind, addr, index)
-            return True
-        peer = self._peer_for(addr)
-        if peer is None:
-            self._stats["malformed"] += 1
-            return True
-        self._stats["fragments_received"] += 1
-        self._on_fragment(peer, seq, index, count, total, fragment, self._view[_HEADER.size:n])
+                else:
+                    peer.acked[seq], peer.far_limit = _REFUSED, total
+        elif kind != _DATA:
+            self._control(kind, addr, index)
+        else:
+            peer = self._peer_for(addr, seq)
+            if peer is not None:
+                peer.heard = time.monotonic()
+                self._stats["fragments_received"] += 1
+                self._on_fragment(peer, seq, index, count, total, fragment, self._view[_HEADER.size:n])
         if time.monotonic() - self._last_expiry > 0.1:
             self._expire()
         return True
@@ -211,56 +267,104 @@ class _UdpEndpoint:
     def _on_fragment(self, peer: _Peer, seq: int, index: int, count: int, total: int, fragment: int,
                      payload: memoryview) -> None:
         behind = (peer.expected - seq) & 0xFFFFFFFF
-        if 0 < behind < 0x80000000:  # already delivered or counted lost: a duplicate
+        if 0 < behind < 0x80000000:  # already delivered, refused or counted lost: a duplicate
             self._stats["duplicates"] += 1
-            if count > 1:  # our last ack may have been lost; confirm again so the sender stops
+            if seq == peer.refused:  # our refusal may have been lost; say it again so the sender stops
+                self._send_control(_REFUSE, peer.addr, seq, total=self._limit)
+            elif count > 1:  # our last ack may have been lost; confirm again so the sender stops
                 self._send_control(_ACK, peer.addr, seq, count, count)
             return
+        size = payload.nbytes
         if count == 1:
-            self._deliver(peer, seq, memoryview(bytes(payload)))
+            if index or total != size:
+                self._stats["malformed"] += 1
+            elif total > self._limit:
+                self._refuse(peer, seq)
+            else:
+                self._deliver(peer, seq, memoryview(bytes(payload)))
+            return
+        if (not _MIN_FRAGMENT <= fragment <= _MAX_FRAGMENT or count != -(-total // fragment) or index >= count
+                or size != (fragment if index + 1 < count else total - (count - 1) * fragment)):
+            self._stats["malformed"] += 1
+            return
+        if total > self._limit:
+            self._refuse(peer, seq)
             return
         partial = peer.partials.get(seq)
         if partial is None:
-            partial = peer.partials[seq] = _Partial(total, count)
-        duplicate = index >= count or bool(partial.seen[index])
-        if not duplicate:
-            partial.seen[index] = 1
-            partial.have += 1
-            start = index * fragment
-            partial.buffer[start:start + payload.nbytes] = payload
-            partial.touched = time.monotonic()
-            while partial.contiguous < count and partial.seen[partial.contiguous]:
-                partial.contiguous += 1
-        else:
+            if len(peer.partials) >= _PARTIALS_PER_PEER:  # its sender moved on twice: the oldest will not finish
+                self._give_up_partial(peer, min(peer.partials, key=lambda s: (s - peer.expected) & 0xFFFFFFFF),
+                                      "reassembly_evictions")
+            partial = peer.partials[seq] = _Partial(total, count, fragment)
+        elif (partial.total, partial.count, partial.fragment) != (total, count, fragment):
+            self._stats["malformed"] += 1  # a fragment that disagrees with the ones before it
+            return
+        self._make_room(size, partial)
+        duplicate = not partial.add(index, payload)
+        if duplicate:
             self._stats["duplicates"] += 1
-        if partial.have == count:
+        else:
+            self._reassembling += size
+        if partial.contiguous == count:
             del peer.partials[seq]
+            self._reassembling -= partial.held
             self._deliver(peer, seq, memoryview(partial.buffer))
             self._send_control(_ACK, peer.addr, seq, count, count)
         elif duplicate or (index + 1) % _ACK_EVERY == 0 or index + 1 == count:
             self._send_control(_ACK, peer.addr, seq, partial.contiguous, count)
 
-    def _deliver(self, peer: _Peer, seq: int, message: memoryview) -> None:
+    def _make_room(self, size: int, keep: _Partial) -> None:
+        """Give up the reassemblies touched longest ago until `size` more bytes fit under the cap (which
+        is at least max_message_bytes, so `keep` alone always fits)."""
+        while self._reassembling + size > self._max_reassembly:
+            oldest = min(((partial.touched, peer, seq) for peer in self._all_peers()
+                          for seq, partial in peer.partials.items() if partial is not keep),
+                         default=None, key=lambda entry: entry[0])
+            if oldest is None:
+                return
+            self._give_up_partial(oldest[1], oldest[2], "reassembly_evictions")
+
+    def _refuse(self, peer: _Peer, seq: int) -> None:
+        """A message over our limit: counted once, its place in the sequence taken, the sender told."""
+        self._stats["refused_oversize"] += 1
+        self._settle(peer, seq)
+        peer.refused = seq
+        self._send_control(_REFUSE, peer.addr, seq, total=self._limit)
+
+    def _settle(self, peer: _Peer, seq: int) -> None:
+        """`seq` is dealt with (delivered or refused): every message before it that is not is lost."""
         skipped = (seq - peer.expected) & 0xFFFFFFFF
         if skipped:  # every message between is lost (an unfinished reassembly among them too)
             self._stats["lost"] += skipped
             for stale in [s for s in peer.partials if ((seq - s) & 0xFFFFFFFF) < 0x80000000]:
-                del peer.partials[stale]
+                self._reassembling -= peer.partials.pop(stale).held
         peer.expected = (seq + 1) & 0xFFFFFFFF
+
+    def _deliver(self, peer: _Peer, seq: int, message: memoryview) -> None:
+        self._settle(peer, seq)
         self._inbox.append((peer, message))
+
+    def _give_up_partial(self, peer: _Peer, seq: int, counter: str) -> None:
+        """A reassembly that will not finish is lost (counted, with every message before it), not waited for."""
+        self._reassembling -= peer.partials.pop(seq).held
+        self._stats[counter] += 1
+        ahead = (seq - peer.expected) & 0xFFFFFFFF
+        if ahead < 0x80000000:
+            self._stats["lost"] += ahead + 1
+            peer.expected = (seq + 1) & 0xFFFFFFFF
+
+    def _forget(self, peer: _Peer) -> None:
+        """A peer we stop tracking: what it was still sending is lost."""
+        for seq in list(peer.partials):
+            self._give_up_partial(peer, seq, "reassembly_evictions")
 
     def _expire(self) -> None:
         """Reassemblies that stopped making progress are lost (counted), not waited for forever."""
         now = self._last_expiry = time.monotonic()
         for peer in self._all_peers():
             for seq, partial in list(peer.partials.items()):
-                if now - partial.touched > self._reassembly_timeout:
-                    del peer.partials[seq]
-                    self._stats["reassembly_timeouts"] += 1
-                    ahead = (seq - peer.expected) & 0xFFFFFFFF
-                    if ahead < 0x80000000:
-                        self._stats["lost"] += ahead + 1
-                        peer.expected = (seq + 1) & 0xFFFFFFFF
+                if now - partial.touched > self._reassembly_timeout and seq in peer.partials:
+                    self._give_up_partial(peer, seq, "reassembly_timeouts")
 
     def _next(self, timeout: float | None) -> tuple[_Peer, memoryview] | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -293,8 +397,11 @@ class UdpConnection(RequestReply, _UdpEndpoint):
         self._far_closed = False
         self._closed = False
 
-    def _peer_for(self, addr: Any) -> _Peer | None:
+    def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
         return self._server  # the socket is connected: only the listener's datagrams arrive
+
+    def _known_peer(self, addr: Any) -> _Peer | None:
+        return self._server
 
     def _all_peers(self) -> list[_Peer]:
         return [self._server]
@@ -303,6 +410,11 @@ class UdpConnection(RequestReply, _UdpEndpoint):
         if kind == _BYE:  # a goodbye, or ICMP port unreachable: nobody listens there
             self._far_closed = True
         elif kind == _WELCOME:
+            if self._server.id and index != self._server.id:
+                # The listener had forgotten us (too many peers) and took us back under a new id: its
+                # sequence numbers to us start over. What was in reassembly from before is lost.
+                self._forget(self._server)
+                self._server.expected = 0
             self._server.id = index
 
     def _closed_by_far_side(self) -> bool:
@@ -343,36 +455,56 @@ class UdpListener(_UdpEndpoint):
         self._next_peer = itertools.count(1)
         self._closed = False
 
-    def _peer_for(self, addr: Any) -> _Peer | None:
+    def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
         peer = self._by_addr.get(addr)
-        return peer if peer is not None else self._join(addr)
+        if peer is None:  # its history is unknown to us: its sequence starts where it is
+            peer = self._join(addr)
+            peer.expected = seq
+        return peer
+
+    def _known_peer(self, addr: Any) -> _Peer | None:
+        return self._by_addr.get(addr)
 
     def _join(self, addr: Any) -> _Peer:
+        """A new peer, welcomed with its id (a peer we had forgotten learns from it that our sequence
+        numbers to it start over)."""
+        if len(self._by_id) >= self._max_peers:  # forget the peer heard from longest ago
+            idle = min(self._by_id.values(), key=lambda peer: peer.heard)
+            self._leave(idle)
+            self._stats["evicted_peers"] += 1
         peer = _Peer(next(self._next_peer), addr)
         self._by_addr[addr] = self._by_id[peer.id] = peer
+        self._send_control(_WELCOME, addr, index=peer.id)
         return peer
+
+    def _leave(self, peer: _Peer) -> None:
+        del self._by_addr[peer.addr], self._by_id[peer.id]
+        self._forget(peer)
 
     def _all_peers(self) -> list[_Peer]:
         return list(self._by_id.values())
 
     def _control(self, kind: int, addr: Any, index: int) -> None:
         if kind == _HELLO:
-            peer = self._peer_for(addr)
-            self._send_control(_WELCOME, addr, index=peer.id)
+            if addr in self._by_addr:  # a repeated hello: say the same again
+                self._send_control(_WELCOME, addr, index=self._by_addr[addr].id)
+            else:
+                self._join(addr)
         elif kind == _BYE and addr in self._by_addr:
-            peer = self._by_addr.pop(addr)
-            del self._by_id[peer.id]
+            self._leave(self._by_addr[addr])
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
-            raise TransportClosedError(f"udp listener {self.address} is closed")
+            raise listener_closed("udp", self.address)
         item = self._next(timeout)
         return None if item is None else (item[0].id, item[1])
 
     def send(self, peer: int, *parts: Any) -> None:
+        if self._closed:
+            raise listener_closed("udp", self.address)
         target = self._by_id.get(peer)
         if target is None:
-            raise TransportClosedError(f"udp: peer {peer} is not connected to {self.address}")
+            raise not_connected("udp", peer, self.address)
         self._send_message(target, parts)
 
     @property
@@ -392,14 +524,30 @@ class UdpListener(_UdpEndpoint):
 
 
 class UdpTransport:
+    """`datagram_bytes`: the size of the datagrams this side sends; `reassembly_timeout_s`: how long a
+    message in reassembly may go without a new fragment before it counts as lost; `give_up_s`: how long
+    a sender waits for acknowledgements before abandoning a message; `max_message_bytes`: the largest
+    message this side sends or accepts (at most the capability); `max_reassembly_bytes`: the most a side
+    holds in reassembly, all peers together (default: twice max_message_bytes, at least 64 MiB);
+    `max_peers`: how many peers a listener keeps track of."""
+
     capabilities = TransportCapabilities(max_message_bytes=64 << 20, reliable=False, ordered=True,
                                          crosses_processes=True, crosses_hosts=True)
 
-    def __init__(self, datagram_bytes: int = 8192, reassembly_timeout_s: float = 1.0, give_up_s: float = 2.0) -> None:
-        if not 512 <= datagram_bytes <= 65507:
-            raise RlbenchError(f"udp datagram_bytes must be within 512..65507, got {datagram_bytes}")
-        self._options = dict(datagram_bytes=datagram_bytes, limit=self.capabilities.max_message_bytes,
-                             reassembly_timeout_s=reassembly_timeout_s, give_up_s=give_up_s)
+    def __init__(self, datagram_bytes: int = 8192, reassembly_timeout_s: float = 1.0, give_up_s: float = 2.0,
+                 max_message_bytes: int | None = None, max_reassembly_bytes: int | None = None,
+                 max_peers: int = 1024) -> None:
+        if not _MIN_DATAGRAM <= datagram_bytes <= _MAX_DATAGRAM:
+            raise RlbenchError(f"udp datagram_bytes must be within {_MIN_DATAGRAM}..{_MAX_DATAGRAM}, got {datagram_bytes}")
+        self.max_message_bytes = limit = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "udp")
+        if max_reassembly_bytes is None:
+            max_reassembly_bytes = max(2 * limit, 64 << 20)
+        elif positive_int(max_reassembly_bytes, "udp: max_reassembly_bytes") < limit:
+            raise RlbenchError(f"udp: max_reassembly_bytes={max_reassembly_bytes} is below max_message_bytes={limit}: "
+                               "the largest message could never be reassembled")
+        self._options = dict(datagram_bytes=datagram_bytes, limit=limit, reassembly_timeout_s=reassembly_timeout_s,
+                             give_up_s=give_up_s, max_reassembly_bytes=max_reassembly_bytes,
+                             max_peers=positive_int(max_peers, "udp: max_peers"))
 
     @staticmethod
     def _socket(family: int) -> socket.socket:

@@ -1,0 +1,36 @@
+"""What the core's own components can do, declared once: `rlbench.builtin` registers these, and a
+class that carries its capabilities (as the protocols let it) refers to the same object. Nothing
+else states them; the runtime reads them from the registry. A leaf: imports only the protocols."""
+
+from __future__ import annotations
+
+from rlbench.protocols import (
+    AlgorithmCapabilities,
+    ComputeCapabilities,
+    ReplayCapabilities,
+    TransportCapabilities,
+)
+
+_MiB = 1 << 20
+
+INPROC = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True, crosses_processes=False,
+                               crosses_hosts=False, zero_copy=True)
+SHM = TransportCapabilities(max_message_bytes=64 * _MiB, reliable=True, ordered=True, crosses_processes=True,
+                            crosses_hosts=False, zero_copy=True)
+TCP = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True, crosses_processes=True,
+                            crosses_hosts=True)
+UDP = TransportCapabilities(max_message_bytes=64 * _MiB, reliable=False, ordered=True, crosses_processes=True,
+                            crosses_hosts=True)
+
+UNIFORM = ReplayCapabilities(prioritized=False)
+PRIORITIZED = ReplayCapabilities(prioritized=True)
+
+CPU = ComputeCapabilities(roles=frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner",
+                                           "qlearning:tabular", "sarsa:tabular"}), device="cpu")
+
+DQN = AlgorithmCapabilities(action_space="discrete", observation_space="continuous", loop="replay",
+                            prioritized_replay=True)
+DDPG = AlgorithmCapabilities(action_space="continuous", observation_space="continuous", loop="replay",
+                             prioritized_replay=True)
+TABULAR = AlgorithmCapabilities(action_space="discrete", observation_space="discrete", loop="tabular", offline=True,
+                                roles=("tabular",), placements=("local",))
