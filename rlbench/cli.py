@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from rlbench.errors import RlbenchError
-from rlbench.protocols import KINDS, PLACEMENTS
+from rlbench.protocols import KINDS, LAUNCHERS, PLACEMENTS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -168,7 +168,7 @@ def exit_code(result: dict[str, Any]) -> int:
 
 
 RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "actors", "num_envs", "steps", "seconds",
-              "seed", "dataset", "behaviour", "eval_episodes", "on_actor_failure")
+              "seed", "dataset", "behaviour", "eval_episodes", "on_actor_failure", "launcher", "ray_address", "bind")
 
 
 def _run_command() -> click.Command:
@@ -202,6 +202,15 @@ def _run_command() -> click.Command:
                      help="Greedy episodes after training."),
         click.Option(["--on-actor-failure"], type=click.Choice(["continue", "stop"]), default=default.on_actor_failure,
                      show_default=True, help="Distributed runs: go on with the other actors, or stop the run."),
+        click.Option(["--launcher"], type=click.Choice(LAUNCHERS), default=default.launcher, show_default=True,
+                     help="What starts a distributed run's roles: local processes, or a Ray cluster."),
+        click.Option(["--ray-address"], default=default.ray_address, metavar="auto|HOST:PORT",
+                     help="--launcher ray: the cluster to join [default: start Ray for this run]."),
+        click.Option(["--place"], multiple=True, metavar="ROLE=NODE[,NODE]",
+                     help="--launcher ray: where a role runs (replay, learner, actors): a node IP, node id or "
+                          "custom resource (repeatable)."),
+        click.Option(["--bind"], default=default.bind, metavar="HOST",
+                     help="Address the replay node listens on [default: loopback locally, the node's own IP on Ray]."),
         click.Option(["--hp"], multiple=True, metavar="KEY=VALUE", help="Override a hyperparameter (repeatable)."),
         click.Option(["--out"], default="results", show_default=True, help="Directory (or .json path) for the result."),
         click.Option(["--no-out"], is_flag=True, help="Do not write a result file."),
@@ -235,6 +244,18 @@ def _run_command() -> click.Command:
                               "(130 Ctrl-C, 143 SIGTERM).")
 
 
+def _parse_place(values: tuple[str, ...]) -> dict[str, Any]:
+    """--place replay=NODE --place actors=NODE,NODE -> {"replay": "NODE", "actors": ["NODE", "NODE"]}."""
+    place: dict[str, Any] = {}
+    for item in values:
+        role, sep, nodes = item.partition("=")
+        if not sep or not role.strip() or not nodes.strip():
+            raise click.BadParameter(f"{item!r} is not ROLE=NODE", param_hint="--place")
+        names = [n.strip() for n in nodes.split(",") if n.strip()]
+        place[role.strip()] = names if role.strip() == "actors" else names[0] if len(names) == 1 else names
+    return place
+
+
 def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
     """The RunConfig of `rlbench run`: a run file's values (--config or --plan), then the options
     given on the command line over them."""
@@ -254,9 +275,12 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
         document = run_fields(read_toml(source), source=source, extra_tables=("plan", "sweep"))
         hyperparameters = document.pop("hyperparameters", {})
         flags = document.pop("options", {})
+        document.pop("place", None)
         from_file = {name for name in document if name not in given}
         fields.update({name: document[name] for name in from_file})
     hyperparameters.update(_parse_hyperparameters(kw["hp"]))
+    place = dict(document.get("place", {})) if source else {}
+    place.update(_parse_place(kw["place"]))
     for name, option in plugin_options.items():
         if kw[name] is not None:
             flags[option.flag] = kw[name]
@@ -266,7 +290,7 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
     elif fields["placement"] == "local" and named_transport:
         raise click.UsageError(f"--transport {fields['transport']} has no effect with --placement local (the replay "
                                f"memory is inside the learner's process); use --placement server or in-network")
-    config = RunConfig(**fields, hyperparameters=hyperparameters, out=None if kw["no_out"] else kw["out"])
+    config = RunConfig(**fields, hyperparameters=hyperparameters, place=place, out=None if kw["no_out"] else kw["out"])
     config.options = options_from_flags(flags, config, _registry())
     return config
 

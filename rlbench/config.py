@@ -54,6 +54,10 @@ class RunConfig:
     behaviour: str = "random"  # the dataset's behaviour policy
     eval_episodes: int = 10
     on_actor_failure: str = "continue"  # or "stop": what a distributed run does when an actor dies
+    launcher: str = "local"  # what starts a distributed run's roles: "local" processes, or "ray" (a Ray cluster)
+    ray_address: str | None = None  # --launcher ray: "auto", "HOST:PORT", or None to start Ray for the run
+    place: dict[str, Any] = field(default_factory=dict)  # role -> node(s): {"replay": N, "learner": N, "actors": [N, ...]}
+    bind: str | None = None  # the address server roles listen on (default: loopback, or the node's own address on Ray)
     hyperparameters: dict[str, Any] = field(default_factory=dict)  # overrides of the algorithm's Config
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> plugin options of the chosen component
     out: str | None = None  # directory (or .json path) for the result
@@ -113,7 +117,9 @@ def apply_overrides(config_cls: type, overrides: dict[str, Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ run files
-FILE_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name not in ("hyperparameters", "options", "out"))
+FILE_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig)
+                    if f.name not in ("hyperparameters", "options", "place", "out"))
+TABLES = ("hyperparameters", "options", "place")
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -138,14 +144,14 @@ def run_fields(document: dict[str, Any], *, source: str, extra_tables: tuple[str
     for key, value in document.items():
         if key in extra_tables:
             continue
-        if key in ("hyperparameters", "options"):
+        if key in TABLES:
             if not isinstance(value, dict):
                 raise RlbenchError(f"{source}: [{key}] must be a table")
             fields[key] = dict(value)
         elif key in FILE_FIELDS:
             fields[key] = value
         else:
-            known = [*FILE_FIELDS, "hyperparameters", "options", *extra_tables]
+            known = [*FILE_FIELDS, *TABLES, *extra_tables]
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
             raise RlbenchError(f"{source}: unknown key {key!r}{hint}")
@@ -195,6 +201,8 @@ def run_document(config: RunConfig, option_flags: dict[tuple[str, str], str] | N
     document = {name: getattr(config, name) for name in FILE_FIELDS}
     if config.hyperparameters:
         document["hyperparameters"] = dict(config.hyperparameters)
+    if config.place:
+        document["place"] = dict(config.place)
     if config.options:
         flags = option_flags or {}
         document["options"] = {flags.get((kind, param), param).lstrip("-"): value

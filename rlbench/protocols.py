@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 KINDS = ("transport", "replay", "compute", "environment", "algorithm")
 PLACEMENTS = ("local", "server", "in-network")
+LAUNCHERS = ("local", "ray")
+PLACEABLE_ROLES = ("replay", "learner", "actors")
 
 
 # --------------------------------------------------------------------------------------------

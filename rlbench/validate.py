@@ -7,7 +7,7 @@ from typing import Any
 
 from rlbench.config import RunConfig
 from rlbench.errors import InvalidCombinationError, UnavailableComponentError
-from rlbench.protocols import PLACEMENTS
+from rlbench.protocols import LAUNCHERS, PLACEABLE_ROLES, PLACEMENTS
 from rlbench.registry import Component, Registry
 
 DEFAULT_REPLAY = "prioritized"
@@ -108,6 +108,7 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
                 f"transport {transport.name} stays inside one process, but placement {config.placement} with "
                 f"{config.actors} actor(s) runs roles as separate processes; transports that would work: {works}")
 
+    _check_launcher(config)
     plan = Plan(algorithm, environment, compute, replay, transport)
     _check_options(config, registry, plan)
 
@@ -117,6 +118,21 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
             raise UnavailableComponentError(
                 f"{kind} {component.name!r} (plugin {component.plugin}) is unavailable here: {probe.reason}")
     return plan
+
+
+def _check_launcher(config: RunConfig) -> None:
+    if config.launcher not in LAUNCHERS:
+        raise InvalidCombinationError(f"unknown launcher {config.launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    if config.launcher != "local" and config.placement == "local":
+        raise InvalidCombinationError(f"--launcher {config.launcher} starts the roles of a distributed run; with "
+                                      "--placement local there are none (use --placement server or in-network)")
+    if config.launcher != "ray" and (config.ray_address or config.place):
+        raise InvalidCombinationError("--ray-address and --place are for --launcher ray")
+    unknown = sorted(set(config.place) - set(PLACEABLE_ROLES))
+    if unknown:
+        raise InvalidCombinationError(f"--place {unknown[0]}=...: roles that can be placed are {', '.join(PLACEABLE_ROLES)}")
+    if config.bind is not None and config.placement == "local":
+        raise InvalidCombinationError("--bind is for the replay node of a distributed run (--placement server or in-network)")
 
 
 def selected_names(config: RunConfig) -> dict[str, str | None]:
