@@ -321,6 +321,10 @@ class Algorithm(Protocol):
 
     def make_learner(self, spec: EnvSpec, compute: ComputeBackend, config: Any, seed: int) -> Learner: ...
 
+    # Distributed algorithms also give `policy_shapes(spec, config) -> list[tuple[int, ...]]`: the shapes
+    # of the weights the learner publishes ([W0, b0, ...]), without building anything, so the largest
+    # message of a run is known before it starts (and a transport that cannot carry it is refused).
+
 
 Factory = Callable[..., Any] | str
 ProbeFn = Callable[[], Probe] | str

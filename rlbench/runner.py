@@ -24,7 +24,7 @@ from rlbench.registry import Registry
 from rlbench.results import SCHEMA, write
 from rlbench.metrics import Recorder
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, RunContext
-from rlbench.validate import Plan, validate, validate_hyperparameters
+from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
 
@@ -104,6 +104,7 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     algorithm = plan.algorithm.create()
     hp = apply_overrides(algorithm.Config, config.hyperparameters)
     validate_hyperparameters(hp)
+    validate_messages(config, plan, algorithm, hp, registry)
     total_steps = config.steps if config.steps is not None else hp.total_steps
     budget = Budget(total_steps=total_steps, seconds=config.seconds,
                     on_progress=(lambda step: progress(step, total_steps)) if progress else None)

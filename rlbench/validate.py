@@ -107,6 +107,13 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
             raise InvalidCombinationError(
                 f"transport {transport.name} stays inside one process, but placement {config.placement} with "
                 f"{config.actors} actor(s) runs roles as separate processes; transports that would work: {works}")
+        if not transport.capabilities.ordered:
+            works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes
+                                     and c.capabilities.ordered)
+            raise InvalidCombinationError(
+                f"transport {transport.name} may reorder messages, and the replay protocol needs each connection's "
+                f"messages in order (a newer weights version must not be overtaken by an older one); transports "
+                f"that would work: {works}")
 
     _check_launcher(config)
     plan = Plan(algorithm, environment, compute, replay, transport)
@@ -205,3 +212,26 @@ def validate_hyperparameters(hp: Any) -> None:
             "could never hold enough transitions for the learner to start; raise buffer_size or lower learning_starts")
     if hp.batch_size > hp.buffer_size:
         raise InvalidCombinationError(f"batch_size ({hp.batch_size:,}) exceeds buffer_size ({hp.buffer_size:,})")
+
+
+def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, registry: Registry) -> None:
+    """Refuse, before any role starts, a transport that cannot carry the run's largest message (the
+    policy's weights, a batch, an insert). Builds one environment to learn its shapes."""
+    if plan.transport is None or not hasattr(algorithm, "policy_shapes"):
+        return
+    from rlbench.runtime.distributed import messages, roles
+
+    env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
+    try:
+        spec = env.spec
+    finally:
+        env.close()
+    what, size = messages.largest_message(spec, algorithm.policy_shapes(spec, hp),
+                                          insert_rows=roles.ACTOR_INSERT_TRANSITIONS, batch_size=hp.batch_size)
+    limit = plan.transport.capabilities.max_message_bytes
+    if size > limit:
+        works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes
+                                 and c.capabilities.ordered and c.capabilities.max_message_bytes >= size)
+        raise InvalidCombinationError(
+            f"transport {plan.transport.name} carries at most {limit:,} bytes per message, but this run's largest "
+            f"message, {what}, is {size:,} bytes; transports that would work: {works}")

@@ -87,3 +87,40 @@ def test_hyperparameter_overrides():
         apply_overrides(Config, {"double": 3})
     with pytest.raises(RlbenchError, match="takes a int"):
         apply_overrides(Config, {"steps": "many"})
+
+
+class SmallMessages:
+    """A plugin transport that declares what it can carry: 4,096 bytes a message, or no order."""
+
+    @hookimpl
+    def rlbench_register_transports(self, register):
+        from rlbench.protocols import TransportCapabilities
+
+        register("tiny", "rlbench.builtin.transports.tcp:TcpTransport",
+                 capabilities=TransportCapabilities(max_message_bytes=4096, reliable=True, ordered=True,
+                                                    crosses_processes=True, crosses_hosts=True))
+        register("unordered", "rlbench.builtin.transports.tcp:TcpTransport",
+                 capabilities=TransportCapabilities(max_message_bytes=1 << 20, reliable=True, ordered=False,
+                                                    crosses_processes=True, crosses_hosts=True))
+
+
+def test_a_transport_too_small_for_the_runs_largest_message_is_refused_before_anything_starts():
+    from rlbench.runner import run
+
+    registry, _ = plugins.build([("small", SmallMessages())], load_entry_points=False)
+    # DQN's default 128-128 Q-network is 4*128 + 128 + 128*128 + 128 + 128*2 + 2 floats: ~70 KB of weights.
+    config = RunConfig(placement="server", transport="tiny", actors=2, steps=500, eval_episodes=0)
+    with pytest.raises(InvalidCombinationError, match=r"transport tiny carries at most 4,096 bytes per message, but "
+                                                      r"this run's largest message, PARAMS \(the policy's weights\), "
+                                                      r"is [\d,]+ bytes; transports that would work: shm, tcp, udp"):
+        run(config, registry=registry)
+    # a 4-4 network's weights fit; then the largest is a BATCH of 128 transitions, which does not
+    small = RunConfig(placement="server", transport="tiny", hyperparameters={"hidden_sizes": [4, 4]})
+    with pytest.raises(InvalidCombinationError, match="largest message, BATCH, is 7,872 bytes"):
+        run(small, registry=registry)
+
+
+def test_a_transport_that_may_reorder_is_refused_for_distributed_placements():
+    registry, _ = plugins.build([("small", SmallMessages())], load_entry_points=False)
+    with pytest.raises(InvalidCombinationError, match="transport unordered may reorder messages"):
+        validate(RunConfig(placement="server", transport="unordered"), registry)

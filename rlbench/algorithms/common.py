@@ -35,3 +35,11 @@ def beta_at(hp, step: int, total_steps: int) -> float:
     """Importance-sampling exponent, annealed linearly over the run (Schaul et al.)."""
     fraction = min(1.0, step / max(1, total_steps))
     return hp.per_beta_start + fraction * (hp.per_beta_end - hp.per_beta_start)
+
+
+def mlp_shapes(layer_sizes: list[int]) -> list[tuple[int, ...]]:
+    """Shapes of an MLP's published weights [W0, b0, W1, b1, ...], W of shape (in, out)."""
+    shapes: list[tuple[int, ...]] = []
+    for fan_in, fan_out in zip(layer_sizes, layer_sizes[1:]):
+        shapes += [(fan_in, fan_out), (fan_out,)]
+    return shapes

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlbench.algorithms.common import ReplayLoopConfig
+from rlbench.algorithms.common import ReplayLoopConfig, mlp_shapes
 from rlbench.arrays import same_kind, to_host
 from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
@@ -194,6 +194,9 @@ class DDPG:
     Config = DDPGConfig
 
     capabilities = caps.DDPG
+
+    def policy_shapes(self, spec: EnvSpec, config: DDPGConfig) -> list[tuple[int, ...]]:
+        return mlp_shapes(actor_layer_sizes(spec, config))
 
     def make_actor(self, spec: EnvSpec, compute: Any, config: DDPGConfig, seed: int) -> DDPGActor:
         return DDPGActor(spec, compute, config, seed)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlbench.algorithms.common import ReplayLoopConfig
+from rlbench.algorithms.common import ReplayLoopConfig, mlp_shapes
 from rlbench.arrays import same_kind, to_host
 from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
@@ -184,6 +184,9 @@ class DQN:
     Config = DQNConfig
 
     capabilities = caps.DQN
+
+    def policy_shapes(self, spec: EnvSpec, config: DQNConfig) -> list[tuple[int, ...]]:
+        return mlp_shapes(q_layer_sizes(spec, config))
 
     def make_actor(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> DQNActor:
         return DQNActor(spec, compute, config, seed)

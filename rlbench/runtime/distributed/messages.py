@@ -545,6 +545,30 @@ def state_of(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return state
 
 
+def largest_message(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, insert_rows: int,
+                    batch_size: int) -> tuple[str, int]:
+    """(what, bytes) of the largest message a run of this environment and policy sends: an INSERT of
+    `insert_rows` transitions with priorities, a BATCH of `batch_size`, or the weights (PARAMS)."""
+    observation = np.zeros((1, *spec.observation_shape), dtype=spec.observation_dtype)
+    action = (np.zeros(1, np.int64) if spec.action_kind == "discrete"
+              else np.zeros((1, *spec.action_shape), np.float32))
+
+    def rows(n: int) -> dict[str, np.ndarray]:
+        return {"obs": np.repeat(observation, n, 0), "action": np.repeat(action, n, 0), "reward": np.zeros(n, np.float32),
+                "next_obs": np.repeat(observation, n, 0), "done": np.zeros(n, np.float32)}
+
+    candidates = {
+        "INSERT": {**rows(insert_rows), "produced": np.int64(0), "priorities": np.zeros(insert_rows)},
+        "BATCH": {**rows(batch_size), "indices": np.zeros(batch_size, np.int64),
+                  "weights": np.zeros(batch_size, np.float32), "step": np.int64(0)},
+        "PARAMS (the policy's weights)": weights_arrays([np.zeros(shape, np.float32) for shape in policy_shapes], 0),
+    }
+    sizes = {what: sum(memoryview(part).nbytes for part in encode(Op.PARAMS, arrays))
+             for what, arrays in candidates.items()}
+    what = max(sizes, key=sizes.__getitem__)
+    return what, sizes[what]
+
+
 # ---------------------------------------------------------------------------------- authentication
 def node_proof(secret: bytes, client_nonce: bytes, node_nonce: bytes) -> bytes:
     """What the node sends in CHALLENGE: it knows the run's secret (so a client never talks to an
