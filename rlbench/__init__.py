@@ -4,10 +4,9 @@ Importing this package is cheap on purpose: it does not import torch, pyopencl o
 Components are reached through the registry, which loads their factories lazily.
 """
 
-__version__ = "0.1.0"
-
 from rlbench.config import RunConfig
 from rlbench.errors import RlbenchError, UnknownComponentError, InvalidCombinationError
+from rlbench.version import __version__
 
 __all__ = ["__version__", "RlbenchError", "UnknownComponentError", "InvalidCombinationError", "RunConfig",
            "get_registry", "run"]

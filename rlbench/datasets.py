@@ -108,7 +108,7 @@ def collect(env_id: str, size: int, *, behaviour: str = "random", seed: int = 0,
         raise ValueError(f"unknown behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")
     if size < 1:
         raise ValueError("dataset size must be >= 1")
-    from rlbench import get_registry
+    from rlbench.plugins import get_registry
 
     env = get_registry().get("environment", env_id).create(num_envs=1, seed=seed, **(options or {}))
     spec = env.spec

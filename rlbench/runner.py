@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-import rlbench
 from rlbench.arrays import to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.energy import EnergyMeters
@@ -24,6 +23,7 @@ from rlbench.registry import Registry
 from rlbench.results import SCHEMA, write
 from rlbench.metrics import Recorder
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, RunContext
+from rlbench.version import __version__
 from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
@@ -202,7 +202,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     resolved["total_steps"] = total_steps
     result: dict[str, Any] = {
         "schema": SCHEMA,
-        "rlbench_version": rlbench.__version__,
+        "rlbench_version": __version__,
         "status": status,
         "status_reason": reason,
         "stop_signal": budget.stop_signal or None,

@@ -68,7 +68,7 @@ def command(replays: tuple[str, ...], capacity: int, batch_size: int, seconds: f
 # -- what is measured ------------------------------------------------------------------------------------
 def _subjects(names: tuple[str, ...], capacity: int) -> tuple[dict[str, tuple[str, Callable[[], Any]]], dict[str, str]]:
     """name -> (role, builder) for the registered memories and the peers; plus unavailable ones."""
-    from rlbench import get_registry
+    from rlbench.plugins import get_registry
 
     registry = get_registry()
     components = [registry.get("replay", name) for name in names] if names else list(registry.components("replay"))

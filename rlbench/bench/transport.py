@@ -23,9 +23,9 @@ _ECHO, _SINK, _FINISH, _QUIT = b"e", b"s", b"f", b"q"
 
 def _serve(name: str, addresses: Any) -> None:
     """Echo server: echoes e-messages, counts s-messages, answers f with the count, stops on q."""
-    import rlbench
+    from rlbench.plugins import get_registry
 
-    listener = rlbench.get_registry().get("transport", name).create().listen(None)
+    listener = get_registry().get("transport", name).create().listen(None)
     addresses.put(listener.address)
     sunk = 0
     try:
@@ -119,9 +119,9 @@ def benchmark_transports(names: list[str] | None = None, sizes: tuple[int, ...] 
     """Measure each transport at each size; unavailable ones are reported with their probe reason."""
     import platform
 
-    import rlbench
+    from rlbench.plugins import get_registry
 
-    registry = rlbench.get_registry()
+    registry = get_registry()
     names = names or registry.names("transport")
     components = [registry.get("transport", name) for name in names]  # unknown names: "did you mean"
     results: dict[str, Any] = {"sizes": list(sizes), "seconds_per_case": seconds, "machine": platform.node(),

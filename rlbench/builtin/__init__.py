@@ -107,13 +107,13 @@ def rlbench_register_algorithms(register):
 
 @hookimpl
 def rlbench_energy_meters(config):
-    from rlbench.energy import RaplMeter
+    from rlbench.builtin.energy import RaplMeter
 
     return [RaplMeter()]
 
 
 @hookimpl
 def rlbench_fingerprint():
-    from rlbench.fingerprint import core_fingerprint
+    from rlbench.builtin.fingerprint import core_fingerprint
 
     return core_fingerprint()

@@ -26,11 +26,11 @@ from typing import Any, Iterator
 
 def _serve(transport: str, transport_options: dict[str, Any], placement: str, replay: str, capacity: int,
            replay_options: dict[str, Any], batch_size: int, secret: bytes | None, addresses: Any) -> None:
-    import rlbench
+    from rlbench.plugins import get_registry
     from rlbench.runtime.distributed.rate_limiter import RateLimiter
     from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
 
-    registry = rlbench.get_registry()
+    registry = get_registry()
     transport_component = registry.get("transport", transport)
     listener = transport_component.create(**transport_options).listen(None)
     memory_component = registry.get("replay", replay)
@@ -64,13 +64,13 @@ class NodeUnderTest:
 def replay_node(transport: str, *, transport_options: dict[str, Any] | None = None, placement: str = "server",
                 replay: str = "prioritized", capacity: int = 1 << 17, replay_options: dict[str, Any] | None = None,
                 batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0) -> Iterator[NodeUnderTest]:
-    import rlbench
+    from rlbench.plugins import get_registry
     from rlbench.runtime.distributed.channel import Channel
     from rlbench.runtime.distributed.messages import Op
     from rlbench.runtime.distributed.replay_client import ReplayClient
 
     transport_options = transport_options or {}
-    component = rlbench.get_registry().get("transport", transport)  # unknown names: did you mean
+    component = get_registry().get("transport", transport)  # unknown names: did you mean
     secret = secrets.token_bytes(32) if authenticate else None
     context = multiprocessing.get_context("spawn")
     addresses = context.Queue()
