@@ -55,7 +55,7 @@ def test_meters_from_plugins_and_per_joule_rates(monkeypatch):
 
 
 def test_rapl_without_counters_says_why(monkeypatch):
-    monkeypatch.setattr("rlbench.energy.RAPL_GLOB", "/nonexistent/intel-rapl:*/energy_uj")
+    monkeypatch.setattr("rlbench.builtin.energy.RAPL_GLOB", "/nonexistent/intel-rapl:*/energy_uj")
     meter = RaplMeter()
     meter.start()
     reading = meter.stop()
