@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import threading
+import time
 import sys
 import textwrap
 from pathlib import Path
@@ -126,3 +129,50 @@ def served(transport_name, secret=SECRET, capacity=1000, **settings):
         yield server.transport, server.listener, server.node
     finally:
         server.stop()
+
+
+# --------------------------------------------------------------------------------- role processes
+def rlb_processes() -> list[tuple[int, str]]:
+    """Role processes started from this test process (others may run their own rlbench jobs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                name = (entry / "comm").read_text().strip()
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            parent = int(status.split("PPid:", 1)[1].split()[0])
+            if name.startswith("rlb-") and parent in (os.getpid(), *child_pids()):
+                found.append((int(entry.name), name))
+    return found
+
+
+def child_pids() -> list[int]:
+    """Direct children of this process (the CLI subprocess of the Ctrl-C test launches roles)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def kill_role_when_running(name: str, after_s: float, killed: list) -> threading.Thread:
+    def worker():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            pids = [pid for pid, comm in rlb_processes() if comm == name]
+            if pids:
+                time.sleep(after_s)
+                try:
+                    os.kill(pids[0], signal.SIGKILL)
+                except ProcessLookupError:
+                    return  # the run ended first: the test says "never seen running"
+                killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    return thread
+
+

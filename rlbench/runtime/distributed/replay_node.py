@@ -161,6 +161,10 @@ class ReplayNode:
         if not peer.authenticated and op not in PRE_AUTH_OPS:
             self._error(peer_id, request_id, f"{op.name} before authentication (send HELLO first)", "unauthenticated")
             return op
+        if peer.authenticated and op in PRE_AUTH_OPS:
+            self._error(peer_id, request_id, f"{op.name}: this connection is already authenticated as "
+                                             f"{peer.name}", "forbidden")
+            return op
         allowed = messages.ALLOWED_ROLES.get(op)
         if op not in PRE_AUTH_OPS and (allowed is None or peer.role not in allowed):
             self._error(peer_id, request_id, f"the replay node does not accept {op.name} from a {peer.role or 'peer'}",
