@@ -383,6 +383,7 @@ class ReplayNode:
             # env steps/s between the first and the last INSERT: the run without role start-up
             "steady_env_steps_per_s": (s.produced - s.first_insert_n) / (s.last_insert_t - s.first_insert_t)
             if s.first_insert_t is not None and s.last_insert_t > s.first_insert_t else None,
+            "first_insert_t": s.first_insert_t,  # perf_counter (CLOCK_MONOTONIC: comparable across this host's processes)
             "done_reason": s.done_reason,
             "rate_limiter": self.limiter.to_dict(),
             "histograms": {name: h.to_dict() for name, h in self.recorder.histograms.items() if h.count},
