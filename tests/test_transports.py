@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import struct
+import threading
+import time
 
 import pytest
 
 import rlbench
-from rlbench.kit.framing import AddressError, MessageTooLargeError
 from rlbench.builtin.transports.inproc import InprocTransport
 from rlbench.builtin.transports.shm import ShmTransport, probe
 from rlbench.builtin.transports.tcp import TcpTransport
 from rlbench.builtin.transports.udp import UdpTransport
+from rlbench.kit.framing import AddressError, MessageTooLargeError
 from rlbench.testing.transport import check_transport
 
 BUILTIN = {"inproc": InprocTransport, "shm": ShmTransport, "tcp": TcpTransport, "udp": UdpTransport}
@@ -64,16 +67,23 @@ class _BrokenConnection(_Proxy):
 
     def send(self, *parts):
         self._count += 1
-        message = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
         if self._defect == "drop" and self._count == 5:
             return  # silently: no error, no counter
-        if self._defect == "corrupt" and self._count == 6 and len(message) > 10:
-            message = bytearray(message)
-            message[len(message) // 2] ^= 0x01
+        if self._defect == "corrupt" and self._count == 6:
+            message = bytearray(b"".join(bytes(memoryview(p).cast("B")) for p in parts))
+            if len(message) > 10:
+                message[len(message) // 2] ^= 0x01
+            parts = (message,)
         if self._defect == "reorder" and self._count == 5:
-            self._held = message
+            self._held = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
             return
-        self._inner.send(message)
+        if self._defect == "wrong-oversize-error":
+            try:
+                self._inner.send(*parts)
+            except MessageTooLargeError as exc:
+                raise RuntimeError(str(exc)) from None
+            return
+        self._inner.send(*parts)
         if self._held is not None:
             held, self._held = self._held, None
             self._inner.send(held)
@@ -88,6 +98,17 @@ class _BrokenListener(_Proxy):
         super().__init__(inner)
         self._defect = defect
         self._pushes = 0
+        self._closed = False
+        self._outbox = None
+        if defect == "keeps-buffers":  # sends a moment later, from the caller's buffers, as an async sender might
+            self._outbox = queue.SimpleQueue()
+            self._sender = threading.Thread(target=self._send_later, daemon=True)
+            self._sender.start()
+
+    def _send_later(self):
+        while (item := self._outbox.get()) is not None:
+            time.sleep(0.005)
+            self._inner.send(*item)
 
     def send(self, peer, *parts):
         if self._defect == "corrupt-push" and bytes(parts[0][:1]) == b"V":
@@ -95,7 +116,24 @@ class _BrokenListener(_Proxy):
             if self._pushes == 3:
                 message = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
                 parts = (message[:-1] + bytes([message[-1] ^ 0x80]),)
+        if self._defect == "ignores-unknown-peer" and peer not in self._inner.peers:
+            return
+        if self._outbox is not None:
+            self._outbox.put((peer, *parts))
+            return
         self._inner.send(peer, *parts)
+
+    def recv(self, timeout=None):
+        if self._defect == "quiet-when-closed" and self._closed:
+            return None
+        return self._inner.recv(timeout)
+
+    def close(self):
+        self._closed = True
+        if self._outbox is not None:
+            self._outbox.put(None)
+            self._sender.join(5)
+        self._inner.close()
 
 
 class BrokenTransport:
@@ -117,10 +155,30 @@ class BrokenTransport:
     ("drop", TcpTransport(), "lost 1 message"),
     ("drop", UdpTransport(), "silent loss"),
     ("corrupt-push", InprocTransport(), "corrupted"),
+    ("keeps-buffers", TcpTransport(), "listener.send kept the caller's buffers"),
+    ("ignores-unknown-peer", TcpTransport(), "to unknown peer .* did not raise"),
+    ("wrong-oversize-error", TcpTransport(), "connection.send: an oversize send raised RuntimeError"),
+    ("quiet-when-closed", TcpTransport(), "listener.recv on a closed listener did not raise"),
 ])
 def test_the_kit_catches_a_broken_transport(defect, inner, message):
     with pytest.raises(AssertionError, match=message):
         check_transport(BrokenTransport(inner, defect), cross_process=False, timeout=3.0)
+
+
+class TcpIgnoringItsLimit(TcpTransport):
+    """Takes max_message_bytes but listens with the capability: a limit that is not honoured."""
+
+    def listen(self, address=None):
+        limit, self.max_message_bytes = self.max_message_bytes, self.capabilities.max_message_bytes
+        try:
+            return super().listen(address)
+        finally:
+            self.max_message_bytes = limit
+
+
+def test_the_kit_catches_a_receive_limit_that_is_not_honoured():
+    with pytest.raises(AssertionError, match="delivered a message of 300001 B"):
+        check_transport(TcpIgnoringItsLimit, cross_process=False, timeout=3.0)
 
 
 def test_the_kit_passes_the_unbroken_wrapper():
@@ -198,9 +256,6 @@ def test_udp_counts_gaps_and_stalled_reassemblies_as_lost():
 def test_shm_sleepers_are_woken_by_the_doorbell_not_by_their_nap_cap(monkeypatch):
     """A waiter that gave up spinning sleeps on its eventfd; the producer rings it. With the nap cap
     raised to 30 s, only the doorbell can deliver within the bound, in both directions."""
-    import threading
-    import time
-
     from rlbench.builtin.transports import shm
 
     monkeypatch.setattr(shm, "_NAP_S", 30.0)

@@ -1,10 +1,17 @@
-"""What every built-in transport shares: turning parts into byte views, limits, errors, counters."""
+"""What every built-in transport shares: turning parts into byte views, limits, errors, counters.
+
+The rules a transport keeps on receive, whoever sent the bytes: a message over the receiving side's
+max_message_bytes is refused before anything is allocated for it, memory follows the bytes that
+actually arrived (never a length the sender claims), and a peer that breaks the rules is dropped and
+counted (`listener_stats`) while everyone else is still served.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
 from rlbench.errors import RlbenchError
+from rlbench.kit.checks import positive_int
 
 
 class MessageTooLargeError(RlbenchError, ValueError):
@@ -71,6 +78,17 @@ def check_size(total: int, limit: int, transport: str) -> None:
             f"{transport}: message of {total} bytes exceeds max_message_bytes={limit}; split it or raise the limit")
 
 
+def message_limit(requested: Any, capability: int, transport: str) -> int:
+    """The `max_message_bytes=` a transport factory was given: at most the registered capability (a
+    server runs with the limit its protocol needs); None means the capability."""
+    if requested is None:
+        return capability
+    limit = positive_int(requested, f"{transport}: max_message_bytes")
+    if limit > capability:
+        raise RlbenchError(f"{transport}: max_message_bytes={limit} exceeds what the transport can carry ({capability})")
+    return limit
+
+
 def split_address(address: str, scheme: str) -> str:
     """The part after "<scheme>://", or a clear error naming the expected form."""
     prefix = scheme + "://"
@@ -91,3 +109,24 @@ def new_stats(**extra: int) -> dict[str, int]:
     stats = {"messages_sent": 0, "messages_received": 0, "bytes_sent": 0, "bytes_received": 0, "lost": 0}
     stats.update(extra)
     return stats
+
+
+# What a listener counts about peers that break the rules (every built-in listener has these keys):
+#   refused_oversize: messages over the receiving side's max_message_bytes, refused before allocation
+#   malformed:        frames, datagrams or ring records that do not parse
+#   dropped_peers:    peers disconnected for either (or, on shm, for a message that stopped coming)
+PEER_FAULTS = ("refused_oversize", "malformed", "dropped_peers")
+
+
+def listener_stats(**extra: int) -> dict[str, int]:
+    return new_stats(**dict.fromkeys(PEER_FAULTS, 0), **extra)
+
+
+def not_connected(transport: str, peer: int, address: str) -> TransportClosedError:
+    """What `listener.send` raises for a peer id it does not (or no longer) serve."""
+    return TransportClosedError(f"{transport}: peer {peer} is not connected to {address} (it left, was dropped, "
+                                "or never was)")
+
+
+def listener_closed(transport: str, address: str) -> TransportClosedError:
+    return TransportClosedError(f"{transport} listener {address} is closed")

@@ -2,15 +2,29 @@
 one silently? Runs the real transport: a listener here and several peers (one in a spawned process
 when the transport crosses processes), driven through the transport itself.
 
+Besides moving messages, it checks the rules every transport keeps:
+- `send` copies what it sends before it returns: the caller may change its buffers right after;
+- `listener.send` to a peer id it does not serve raises TransportClosedError (a ConnectionError);
+- `recv` and `send` on a closed listener raise a ConnectionError;
+- a message over the sending side's limit raises MessageTooLargeError (a ValueError and RlbenchError),
+  on a listener and on a connection, and the link still works after;
+- where the factory takes `max_message_bytes=` (a limit below the capability, kept as the transport's
+  `max_message_bytes`), a listener refuses a longer message from a peer whose own limit is higher:
+  nothing over the limit is delivered, stats["refused_oversize"] counts it, a reliable transport
+  drops that peer, and the other peers are still served.
+
 The peers obey a tiny command set carried in the first byte of each message the listener sends:
   E echo the message back          U upload messages of the given seeds and sizes, then Z
   V a pushed message to verify     R make n request() calls        T check recv timeout
   S report status (JSON)           Q close and exit
+  M upload messages built in buffers that are overwritten as soon as send returns, then Z
+  O try to send one message over the limit, report what happened
 Payloads are derived from a seed (`_payload`), so both sides verify bytes without shipping them twice.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import multiprocessing
 import pickle
@@ -32,6 +46,7 @@ DEFAULT_SIZES = (0, 1, 2, 7, 8, 9, 63, 64, 65, 1471, 1472, 1473, 4095, 4096, 409
                  3 * _MiB + 7)
 _PEERS = 3
 _REQUESTS = 20
+_OWNERSHIP_SIZES = (1, 100, 5000, 70_000)
 
 
 def _payload(seed: int, size: int) -> bytes:
@@ -42,6 +57,47 @@ def _gather(data: bytes) -> tuple[Any, ...]:
     """Cut a payload into differently typed parts, to exercise gather-send."""
     third = len(data) // 3
     return data[:third], np.frombuffer(data, dtype=np.uint8)[third:2 * third], memoryview(data)[2 * third:]
+
+
+def _mutable_parts(header: bytes, data: bytes, variant: int) -> list[Any]:
+    """The message header + data in buffers the caller owns and may overwrite: one bytearray (a
+    transport might hand over a view of a single part), or a bytearray and a numpy array."""
+    if variant % 2 == 0:
+        return [bytearray(header + data)]
+    return [bytearray(header), np.frombuffer(data, dtype=np.uint8).copy()]
+
+
+def _scribble(parts: list[Any]) -> None:
+    """Overwrite the caller's buffers, as a caller reusing them for the next message would."""
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            part.fill(0xEE)
+        else:
+            part[:] = b"\xee" * len(part)
+
+
+def _limit_of(transport: Any) -> int:
+    """The message limit a transport instance works with: its `max_message_bytes` when it was
+    configured below the capability, else the capability."""
+    return int(getattr(transport, "max_message_bytes", transport.capabilities.max_message_bytes))
+
+
+def _oversize_parts(limit: int) -> list[Any]:
+    """Parts adding up to more than `limit` without allocating that much (one buffer, repeated)."""
+    piece = np.zeros(min(limit, 1 << 24), dtype=np.uint8)
+    return [piece] * (limit // piece.nbytes + 1)
+
+
+def _refusal(send: Any, limit: int, parts: list[Any] | None = None) -> str:
+    """'' when sending more than `limit` bytes raised a clear size error, else what went wrong."""
+    parts = _oversize_parts(limit) if parts is None else parts
+    try:
+        send(*parts)
+    except (RlbenchError, ValueError) as exc:
+        return "" if str(exc) else "the oversize error has no message"
+    except Exception as exc:
+        return f"an oversize send raised {type(exc).__name__} ({exc}), not MessageTooLargeError (ValueError, RlbenchError)"
+    return f"a message of {sum(part.nbytes for part in parts)} B over max_message_bytes={limit} was accepted"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -92,6 +148,19 @@ def _run_peer(transport: Any, address: str, index: int, timeout: float) -> dict[
                 if not ok:
                     errors.append(f"peer {index}: recv(timeout=0.05) returned {got!r} after {waited:.3f} s, not None")
                 connection.send(b"t")
+                sent += 1
+            elif op == b"M":
+                (first_seed,) = _U32.unpack(message[1:5])
+                sizes = [size for size in _OWNERSHIP_SIZES if size + 5 <= _limit_of(transport)]
+                for i, size in enumerate(sizes):
+                    parts = _mutable_parts(b"D" + _U32.pack(first_seed + i), _payload(first_seed + i, size), i)
+                    connection.send(*parts)
+                    _scribble(parts)
+                connection.send(b"Z")
+                sent += len(sizes) + 1
+            elif op == b"O":
+                problem = _refusal(connection.send, _limit_of(transport))
+                connection.send(b"o", problem.encode())
                 sent += 1
             elif op == b"S":
                 status = {"errors": errors, "pushed": pushed, "sent": sent, "stats": dict(connection.stats)}
@@ -156,7 +225,9 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
     transport = _resolve(transport_or_factory)
     capabilities = transport.capabilities
     assert hasattr(capabilities, "max_message_bytes"), "transport.capabilities must be a TransportCapabilities"
-    limit = capabilities.max_message_bytes
+    limit = _limit_of(transport)
+    assert 0 < limit <= capabilities.max_message_bytes, \
+        f"the transport's max_message_bytes={limit} is not within 1..capabilities.max_message_bytes"
     sizes = tuple(s for s in (DEFAULT_SIZES if sizes is None else sizes) if s <= limit - 5)
     spawn = cross_process and capabilities.crosses_processes
 
@@ -207,7 +278,9 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
         _check_push(side, main, sizes, capabilities.reliable)
         _check_routing(side, peer_of)
         _check_requests(side, main)
-        _check_oversize(transport, side, main, limit)
+        _check_buffer_ownership(side, main, limit)
+        _check_unknown_peer(side, peer_of)
+        _check_oversize(side, main, limit)
         _check_stats(side, main)
 
         for peer in peer_of.values():
@@ -226,6 +299,8 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
         for report in peer_reports + thread_results:
             assert not report["errors"], "; ".join(report["errors"])
         _check_close(transport, listener, timeout, capabilities.reliable)
+        if not isinstance(transport_or_factory, type(transport)):  # a factory, not an instance
+            _check_receive_limit(transport_or_factory, timeout)
     finally:
         listener.close()
         if process is not None and process.is_alive():
@@ -319,20 +394,140 @@ def _check_requests(side: _Listener, peer: int) -> None:
         side.listener.send(got_peer, b"a", message[1:])
 
 
-def _check_oversize(transport: Any, side: _Listener, peer: int, limit: int) -> None:
-    """A message over max_message_bytes is refused with a clear error, and the link still works after.
-    Many parts of one buffer reach the limit without allocating it."""
-    piece = np.zeros(min(limit, 1 << 24), dtype=np.uint8)
-    parts = [piece] * (limit // piece.nbytes + 1)
-    try:
+def _check_buffer_ownership(side: _Listener, peer: int, limit: int) -> None:
+    """`send` may not keep references to the caller's buffers: each is overwritten right after send
+    returns, both ways, and the far side must still get what was sent."""
+    sizes = [size for size in _OWNERSHIP_SIZES if size + 5 <= limit]
+    first_seed = 7000
+    before = side.status(peer)
+    for i, size in enumerate(sizes):
+        parts = _mutable_parts(b"V" + _U32.pack(first_seed + i), _payload(first_seed + i, size), i)
         side.listener.send(peer, *parts)
-    except (RlbenchError, ValueError) as exc:
-        assert str(exc), "the oversize error has no message"
+        _scribble(parts)
+    after = side.status(peer)
+    assert not after["errors"], "listener.send kept the caller's buffers: " + "; ".join(after["errors"])
+    assert len(after["pushed"]) > len(before["pushed"]) or not sizes, "the ownership check's pushes did not arrive"
+
+    side.listener.send(peer, b"M", _U32.pack(first_seed + 100))
+    while True:
+        got_peer, message = side.next("a message built in buffers the peer overwrote after sending")
+        assert got_peer == peer, f"ownership check: a message from peer {got_peer}, not {peer}"
+        if message == b"Z":
+            break
+        (seed,) = _U32.unpack(message[1:5])
+        assert message[:1] == b"D" and message[5:] == _payload(seed, len(message) - 5), \
+            "connection.send kept the caller's buffers: a message changed after send returned"
+
+
+def _check_unknown_peer(side: _Listener, peer_of: dict[int, int]) -> None:
+    unknown = max(peer_of.values()) + 1000
+    try:
+        side.listener.send(unknown, b"E", b"to nobody")
+    except ConnectionError as exc:
+        assert str(exc), "the error for an unknown peer has no message"
+    except Exception as exc:
+        raise AssertionError(f"listener.send to unknown peer {unknown} raised {type(exc).__name__} ({exc}), "
+                             "not a ConnectionError (TransportClosedError)") from None
     else:
-        raise AssertionError(f"a message of {piece.nbytes * len(parts)} B over max_message_bytes={limit} was accepted")
+        raise AssertionError(f"listener.send to unknown peer {unknown} did not raise")
+
+
+def _check_oversize(side: _Listener, peer: int, limit: int) -> None:
+    """A message over the limit is refused with a clear error, on either side, and the link still
+    works after. Many parts of one buffer reach the limit without allocating it."""
+    problem = _refusal(lambda *parts: side.listener.send(peer, *parts), limit)
+    assert not problem, f"listener.send: {problem}"
+    side.listener.send(peer, b"O")
+    got_peer, reply = side.next("the peer's report of its oversize send")
+    assert got_peer == peer and reply[:1] == b"o", f"expected the oversize report from peer {peer}, got {reply[:8]!r}"
+    assert reply == b"o", f"connection.send: {reply[1:].decode()}"
     side.listener.send(peer, b"E", b"after-oversize")
     got_peer, message = side.next("the echo after an oversize refusal")
     assert message == b"Eafter-oversize" and got_peer == peer, "the link broke after refusing an oversize message"
+
+
+def _takes_limit(factory: Any) -> bool:
+    try:
+        return "max_message_bytes" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_receive_limit(factory: Any, timeout: float) -> None:
+    """A listener made with a limit below the capability refuses a longer message from a peer whose
+    own limit is higher, counts it, drops that peer where the transport is reliable, and goes on
+    serving the others (skipped when the factory takes no `max_message_bytes`)."""
+    if not _takes_limit(factory):
+        return
+    default = _resolve(factory)
+    capabilities = default.capabilities
+    limit = min(300_000, _limit_of(default) // 2)
+    limited = factory(max_message_bytes=limit)
+    assert limited.capabilities == capabilities, "max_message_bytes= changed the capabilities; they stay the maximum"
+    assert _limit_of(limited) == limit, f"factory(max_message_bytes={limit}).max_message_bytes is {_limit_of(limited)}"
+    listener = limited.listen(None)
+    outcome: dict[str, str] = {}
+    thread = None
+    connections: list[Any] = []
+    try:
+        good = default.connect(listener.address, timeout=timeout)
+        connections.append(good)
+        bad = default.connect(listener.address, timeout=timeout)
+        connections.append(bad)
+
+        def peers() -> None:  # beside the listener: some transports need it reading while they send
+            try:
+                good.send(b"G", _payload(11, limit - 1))  # exactly the limit
+                bad.send(b"B")
+                try:
+                    bad.send(b"X", _payload(12, limit))  # one byte over
+                    outcome["sent"] = "accepted"
+                except (RlbenchError, ValueError):
+                    outcome["sent"] = "refused"
+                except ConnectionError:
+                    outcome["sent"] = "dropped"
+                if capabilities.reliable and outcome["sent"] == "accepted":
+                    try:
+                        outcome["after"] = f"recv returned {bad.recv(timeout=timeout)!r}"
+                    except ConnectionError:
+                        outcome["after"] = "dropped"
+                good.send(b"A")
+            except Exception as exc:
+                outcome["error"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=peers, daemon=True)
+        thread.start()
+        arrived: dict[bytes, tuple[int, int]] = {}
+        while b"A" not in arrived and "error" not in outcome:
+            item = listener.recv(timeout=timeout)
+            assert item is not None, f"receive limit: nothing arrived within {timeout} s ({outcome})"
+            peer, message = item
+            assert message.nbytes <= limit, \
+                f"a listener with max_message_bytes={limit} delivered a message of {message.nbytes} B"
+            arrived[bytes(message[:1])] = (peer, message.nbytes)
+            if message[:1] == b"G":
+                assert bytes(message[1:]) == _payload(11, limit - 1), "a message of exactly the limit arrived corrupted"
+        thread.join(timeout)
+        assert "error" not in outcome, f"receive limit: a peer failed: {outcome['error']}"
+        assert b"G" in arrived, f"a message of exactly max_message_bytes={limit} did not arrive"
+        assert b"X" not in arrived, "a message over the listener's limit was delivered"
+        refused = listener.stats.get("refused_oversize", 0)
+        assert refused >= 1, f"listener.stats['refused_oversize'] is {refused} after refusing a message over its limit"
+        if capabilities.reliable and outcome["sent"] == "accepted":
+            assert outcome.get("after") == "dropped", \
+                f"a reliable listener kept a peer that sent over its limit ({outcome.get('after')}), instead of dropping it"
+        good_peer = arrived[b"A"][0]
+        problem = _refusal(lambda *parts: listener.send(good_peer, *parts), limit, [np.zeros(limit + 1, dtype=np.uint8)])
+        assert not problem, f"a listener with max_message_bytes={limit}: {problem}"
+        listener.send(good_peer, b"still here")
+        reply = good.recv(timeout=timeout)
+        assert reply is not None and bytes(reply) == b"still here", "the other peer was not served after a refusal"
+    finally:
+        listener.close()
+        if thread is not None:
+            thread.join(timeout)
+        for connection in connections:
+            connection.close()
 
 
 def _check_stats(side: _Listener, peer: int) -> None:
@@ -355,6 +550,15 @@ def _check_close(transport: Any, listener: Any, timeout: float, reliable: bool) 
         assert item is not None and bytes(item[1]) == b"bye", "a late peer's message did not arrive"
         listener.close()
         listener.close()  # twice is harmless
+        for what, call in (("recv", lambda: listener.recv(timeout=0)), ("send", lambda: listener.send(item[0], b"x"))):
+            try:
+                call()
+            except ConnectionError:
+                continue
+            except Exception as exc:
+                raise AssertionError(f"listener.{what} on a closed listener raised {type(exc).__name__} ({exc}), "
+                                     "not a ConnectionError") from None
+            raise AssertionError(f"listener.{what} on a closed listener did not raise ConnectionError")
         if reliable:
             try:
                 got = connection.recv(timeout=timeout)

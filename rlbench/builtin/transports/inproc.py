@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from rlbench.builtin import capabilities as caps
 from rlbench.kit.framing import (
     AddressError,
     MessageTooLargeError,
@@ -29,7 +30,6 @@ from rlbench.kit.framing import (
     not_connected,
     split_address,
 )
-from rlbench.protocols import TransportCapabilities
 
 _CLOSED = object()  # queued to wake and stop a receiver
 _listeners: dict[str, "InprocListener"] = {}
@@ -166,8 +166,7 @@ class InprocTransport:
     """`max_message_bytes`: the largest message a listener of this transport accepts (at most the
     capability); connections send within their listener's limit."""
 
-    capabilities = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
-                                         crosses_processes=False, crosses_hosts=False, zero_copy=True)
+    capabilities = caps.INPROC
 
     def __init__(self, max_message_bytes: int | None = None) -> None:
         self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "inproc")

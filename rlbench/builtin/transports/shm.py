@@ -53,6 +53,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from rlbench.builtin import capabilities as caps
+from rlbench.errors import RlbenchError
 from rlbench.kit.checks import non_negative
 from rlbench.kit.framing import (
     AddressError,
@@ -68,8 +70,7 @@ from rlbench.kit.framing import (
     slice_views,
     split_address,
 )
-from rlbench.errors import RlbenchError
-from rlbench.protocols import Probe, TransportCapabilities
+from rlbench.protocols import Probe
 
 _CONTROL_BYTES = 256
 _HEAD, _SLEEPING, _TAIL, _CLOSED = 0, 8, 16, 24  # u64 indices in the control block: bytes 0, 64, 128, 192
@@ -124,7 +125,7 @@ class _Endpoint:
     """
 
     __slots__ = ("memory", "sock", "far_doorbell", "dead", "last_liveness", "tx_control", "tx_data", "capacity", "mask",
-                 "max_chunk", "limit", "record_limit", "head", "tail_seen", "rx_control", "rx_data", "tail",
+                 "last_start", "max_chunk", "limit", "record_limit", "take_limit", "head", "tail_seen", "rx_control", "rx_data", "tail",
                  "assembled", "progress", "n_sent", "n_received", "bytes_sent", "bytes_received")
 
     def __init__(self, memory: mmap.mmap, capacity: int, tx_base: int, rx_base: int,
@@ -142,9 +143,11 @@ class _Endpoint:
         whole.release()
         self.capacity = capacity
         self.mask = capacity - 1
+        self.last_start = capacity - _RECORD.size  # a record of length n may start at most n bytes before this
         self.max_chunk = capacity // 4 - _RECORD.size
         self.limit = limit  # max_message_bytes, both ways
         self.record_limit = min(self.max_chunk, limit)  # the largest single-record message
+        self.take_limit = self.record_limit  # the same on receive; -1 while a chunked message is half here
         self.head = self.tx_control[_HEAD]  # our producer position (we are its only writer)
         self.tail_seen = self.tx_control[_TAIL]  # the consumer's tail when we last looked
         self.tail = self.rx_control[_TAIL]  # our consumer position; published at the next receive
@@ -255,16 +258,19 @@ class _Endpoint:
     def ready(self) -> bool:
         return self.rx_control[0] != self.tail
 
-    def take(self) -> memoryview | None:
-        """The next message (something is ready), or None while a chunked message waits for its next
-        chunk. A single record comes back as a view of the ring. Raises _PeerFault for records that
-        break the ring's rules."""
+    def take(self, head: int) -> memoryview | None:
+        """The next message (`head`, just read, is not the tail), or None while a chunked message waits
+        for its next chunk. A single record comes back as a view of the ring. Raises _PeerFault for
+        records that break the ring's rules."""
         tail = self.tail
         position = tail & self.mask
         length, flags = _unpack_record(self.rx_data, position)
-        # The common case, checked in full: one record, inside the data area and inside what head published.
-        if (not flags and length <= self.record_limit and position + 8 + length <= self.capacity
-                and tail + 8 + length <= self.rx_control[0] <= tail + self.capacity and self.assembled is None):
+        available = head - tail
+        # The common case: one record within the limit, inside what head published, a head no further
+        # ahead than the ring holds (else stale records would read as messages without end), inside
+        # the data area. Anything else, or a chunked message under way, goes the slow way.
+        if (not flags and length <= self.take_limit and length + 8 <= available <= self.capacity
+                and position + length <= self.last_start):
             self.tail = tail + 8 + ((length + 7) & ~7)
             self.n_received += 1
             self.bytes_received += length
@@ -305,12 +311,14 @@ class _Endpoint:
                 raise _PeerFault("refused_oversize", f"a chunked message past {size} bytes, over max_message_bytes={self.limit}")
             if assembled is None:
                 assembled = self.assembled = bytearray()
+                self.take_limit = -1  # the next records belong to this message: none takes the fast path
             assembled += body
             self.progress = time.monotonic()
             self.tail = tail + need
             control[_TAIL] = self.tail  # free the chunk now so the producer can go on
             if not flags & _MORE:
                 self.assembled = None
+                self.take_limit = self.record_limit
                 message = memoryview(assembled)
                 break
         self.n_received += 1
@@ -437,8 +445,12 @@ class ShmConnection(RequestReply):
         control = endpoint.rx_control
         tail = endpoint.tail
         control[_TAIL] = tail  # the view returned last time is released now
-        if control[0] != tail:
-            message = self._take()
+        head = control[0]
+        if head != tail:
+            try:
+                message = endpoint.take(head)
+            except _PeerFault as fault:
+                raise self._broken(fault) from None
             if message is not None:
                 return message
         return self._wait(timeout)
@@ -453,17 +465,16 @@ class ShmConnection(RequestReply):
                 return None
             if self._waiter.wait(self._endpoint.ready, remaining, self._raise_if_gone, self._sleeping_on) is None:
                 return None
-            message = self._take()
+            try:
+                message = self._endpoint.take(self._endpoint.rx_control[0])
+            except _PeerFault as fault:
+                raise self._broken(fault) from None
             if message is not None:
                 return message
 
-    def _take(self) -> memoryview | None:
-        try:
-            return self._endpoint.take()
-        except _PeerFault as fault:
-            self.close()
-            raise TransportClosedError(f"shm: listener {self._address} broke the ring's rules ({fault}); "
-                                       "connection closed") from None
+    def _broken(self, fault: _PeerFault) -> TransportClosedError:
+        self.close()
+        return TransportClosedError(f"shm: listener {self._address} broke the ring's rules ({fault}); connection closed")
 
     def _sleeping_on(self) -> list[memoryview]:
         return self._controls
@@ -511,6 +522,7 @@ class ShmListener:
         self._departed = new_stats()  # the counters of peers no longer here
         self._closing: list[_Endpoint] = []  # dropped while their ring might be in the waiter's hands; closed when idle
         self._partials: dict[int, _Endpoint] = {}  # peers in the middle of a chunked message
+        self._chores = False  # partials to watch or rings to close: one check on the fast path
         self._last_expiry = 0.0
         # truncated: chunked messages cut off by their peer leaving; refused_peers: connections from other users
         self._faults = listener_stats(reassembly_timeouts=0, truncated=0)
@@ -555,19 +567,22 @@ class ShmListener:
             sock.close()
             return None
         capacity = self._ring_bytes
-        fd = os.memfd_create("rlbench-shm", os.MFD_CLOEXEC)
-        peer_doorbell = _new_doorbell()
-        try:
+        fd = peer_doorbell = -1
+        try:  # any failure here (out of descriptors, a peer gone already) costs that peer only, never this thread
+            fd = os.memfd_create("rlbench-shm", os.MFD_CLOEXEC)
+            peer_doorbell = _new_doorbell()
             os.ftruncate(fd, 2 * (_CONTROL_BYTES + capacity))
             memory = mmap.mmap(fd, 2 * (_CONTROL_BYTES + capacity))
             peer = next(self._next_peer)
             socket.send_fds(sock, [_HANDSHAKE.pack(capacity, peer)], [fd, self._waiter.doorbell, peer_doorbell])
         except OSError:
             sock.close()
-            os.close(peer_doorbell)
+            if peer_doorbell >= 0:
+                os.close(peer_doorbell)
             return None
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         # The peer produces into the first ring, the listener into the second. The socket belongs to
         # this thread (it marks the endpoint dead at EOF), so the endpoint gets none to peek at.
         endpoint = _Endpoint(memory, capacity, tx_base=_CONTROL_BYTES + capacity, rx_base=0, sock=None,
@@ -592,15 +607,17 @@ class ShmListener:
         start = self._turn
         for i in range(n):  # round-robin, so a busy peer cannot starve the others
             peer, endpoint = order[(start + i) % n]
-            if endpoint.rx_control[0] != endpoint.tail:
+            head = endpoint.rx_control[0]
+            if head != endpoint.tail:
                 self._turn = (start + i + 1) % n
                 try:
-                    message = endpoint.take()
+                    message = endpoint.take(head)
                 except _PeerFault as fault:
                     self._drop(peer, fault.counter)
                     return None
                 if message is None:  # part of a chunked message: keep it, serve the others meanwhile
                     self._partials[peer] = endpoint
+                    self._chores = True
                     continue
                 self._held = endpoint
                 return peer, message
@@ -637,6 +654,7 @@ class ShmListener:
         for key, value in endpoint.stats().items():
             self._departed[key] += value
         self._closing.append(endpoint)
+        self._chores = True
 
     def _close_retired(self) -> None:
         for endpoint in self._closing:
@@ -673,10 +691,12 @@ class ShmListener:
         held = self._held
         if held is not None:  # the view returned last time is released now
             held.rx_control[_TAIL] = held.tail
-        if self._partials:
-            self._expire_partials()
-        if self._closing:
-            self._close_retired()
+        if self._chores:
+            if self._partials:
+                self._expire_partials()
+            if self._closing:
+                self._close_retired()
+            self._chores = bool(self._partials or self._closing)
         item = self._poll_message()
         if item is None:
             if timeout is not None and timeout <= 0:
@@ -732,8 +752,7 @@ class ShmListener:
 
 
 class ShmTransport:
-    capabilities = TransportCapabilities(max_message_bytes=64 << 20, reliable=True, ordered=True,
-                                         crosses_processes=True, crosses_hosts=False, zero_copy=True)
+    capabilities = caps.SHM
 
     def __init__(self, ring_bytes: int = 1 << 20, max_message_bytes: int | None = None,
                  reassembly_timeout_s: float = 2.0) -> None:

@@ -16,6 +16,9 @@ import struct
 import time
 from typing import Any
 
+import numpy as np
+
+from rlbench.builtin import capabilities as caps
 from rlbench.kit.framing import (
     RequestReply,
     TransportClosedError,
@@ -28,11 +31,12 @@ from rlbench.kit.framing import (
     new_stats,
     not_connected,
 )
-from rlbench.protocols import TransportCapabilities
 
 _LENGTH = struct.Struct("<I")
 _CHUNK = 1 << 18
 _LARGE = 1 << 16  # bodies at least this big are received straight into their own buffer
+_FIRST_BODY = 1 << 20  # a large body's first buffer holds this much (or the whole body, if smaller)
+_GROWTH = 4  # a full body buffer grows to this many times what it holds (up to the claimed length)
 
 
 def _tune(sock: socket.socket) -> None:
@@ -57,12 +61,17 @@ def _send_message(sock: socket.socket, parts: tuple[Any, ...], limit: int) -> in
 
 class _FrameReader:
     """Cuts a byte stream into messages; large bodies go straight into their own buffer, grown as
-    they arrive. `refused` is the length of a prefix over the limit: the stream cannot go on."""
+    they arrive. `refused` is the length of a prefix over the limit: the stream cannot go on.
+
+    A large body's buffer starts at what arrived (at least _FIRST_BODY) and grows _GROWTH-fold
+    whenever it fills, up to the claimed length: memory stays within _GROWTH times what was received
+    (plus _FIRST_BODY). Buffers are never zero-filled (numpy.empty), so the one copy a growth costs
+    replaces the zero-filling of the whole body up front that came before."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._buffer = bytearray()
-        self._body: bytearray | None = None
+        self._body: np.ndarray | None = None
         self._claimed = 0  # the prefix of the body being received
         self._filled = 0
         self.refused = 0
@@ -76,10 +85,11 @@ class _FrameReader:
         """One receive; False at end of stream."""
         body = self._body
         if body is not None:
-            if self._filled == len(body):  # grow by what arrived so far (at most doubling), never to the claim at once
-                body += bytes(min(self._claimed - self._filled, max(self._filled, _CHUNK)))
-            with memoryview(body) as whole, whole[self._filled:] as free:
-                n = sock.recv_into(free)
+            if self._filled == len(body):  # grow with what arrived so far, never to the claim at once
+                grown = np.empty(min(self._claimed, _GROWTH * self._filled), dtype=np.uint8)
+                grown[:self._filled] = body
+                self._body = body = grown
+            n = sock.recv_into(body[self._filled:])
             if n == 0:
                 return False
             self._filled += n
@@ -103,7 +113,9 @@ class _FrameReader:
                 self.ready.append(memoryview(buffer[pos + 4:pos + 4 + n]))
                 pos += 4 + n
             elif n >= _LARGE:
-                self._body, self._claimed, self._filled = buffer[pos + 4:], n, have
+                body = self._body = np.empty(min(n, max(have, _FIRST_BODY)), dtype=np.uint8)
+                body[:have] = np.frombuffer(buffer, dtype=np.uint8, count=have, offset=pos + 4)
+                self._claimed, self._filled = n, have
                 pos = len(buffer)
                 break
             else:
@@ -199,8 +211,8 @@ class TcpListener:
     def _accept(self) -> None:
         try:
             sock, _ = self._server.accept()
-        except (BlockingIOError, ConnectionAbortedError):
-            return  # the peer gave up before we got to it
+        except OSError:  # the peer gave up before we got to it, or no descriptors left: the others go on
+            return
         _tune(sock)
         sock.setblocking(True)
         peer = next(self._next_peer)
@@ -283,8 +295,7 @@ class TcpListener:
 class TcpTransport:
     """`max_message_bytes`: the largest message this side sends or accepts (at most the capability)."""
 
-    capabilities = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True,
-                                         crosses_processes=True, crosses_hosts=True)
+    capabilities = caps.TCP
 
     def __init__(self, max_message_bytes: int | None = None) -> None:
         self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "tcp")

@@ -19,7 +19,9 @@ message's buffer, ahead of a gap they wait apart. Its memory is bounded three wa
 messages in reassembly per peer (a sender finishes one before the next), at most
 `max_reassembly_bytes` held in all (the reassembly touched longest ago is given up, counted lost and
 in `reassembly_evictions`), and at most `max_peers` peers known to a listener (the one heard from
-longest ago is forgotten, counted in `evicted_peers`).
+longest ago is forgotten, counted in `evicted_peers`). A forgotten peer that sends again is taken back
+under a new id: the listener counts its sequence from that message on and welcomes it with the new id,
+which tells the connection that the listener's own sequence to it starts over.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import struct
 import time
 from typing import Any
 
+from rlbench.builtin import capabilities as caps
+from rlbench.errors import RlbenchError
 from rlbench.kit.checks import positive_int
 from rlbench.kit.framing import (
     MessageTooLargeError,
@@ -46,8 +50,6 @@ from rlbench.kit.framing import (
     not_connected,
     slice_views,
 )
-from rlbench.errors import RlbenchError
-from rlbench.protocols import TransportCapabilities
 
 _HEADER = struct.Struct("<HBBIIIII")
 _MAGIC, _VERSION = 0x5242, 1
@@ -531,8 +533,7 @@ class UdpTransport:
     holds in reassembly, all peers together (default: twice max_message_bytes, at least 64 MiB);
     `max_peers`: how many peers a listener keeps track of."""
 
-    capabilities = TransportCapabilities(max_message_bytes=64 << 20, reliable=False, ordered=True,
-                                         crosses_processes=True, crosses_hosts=True)
+    capabilities = caps.UDP
 
     def __init__(self, datagram_bytes: int = 8192, reassembly_timeout_s: float = 1.0, give_up_s: float = 2.0,
                  max_message_bytes: int | None = None, max_reassembly_bytes: int | None = None,
