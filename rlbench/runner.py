@@ -17,6 +17,7 @@ import numpy as np
 from rlbench.arrays import to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.energy import EnergyMeters
+from rlbench.machine_state import watch
 from rlbench.fingerprint import machine_fingerprint
 from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
@@ -167,6 +168,17 @@ def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, b
                     replay_stats=outcome.stats.extra.get("replay_memory"))
 
 
+def _steady(stats: LoopStats, t0: float) -> dict[str, float | None]:
+    """Rates over the steady window (first to last env step) and the start-up before it; None when the
+    run has no such window (offline learning, or a run that never stepped)."""
+    first, last = stats.first_step_t, stats.last_step_t
+    if first is None or last is None or last <= first:
+        return {"startup_s": None, "env_steps_per_s": None, "updates_per_s": None}
+    window = last - first
+    return {"startup_s": first - t0, "env_steps_per_s": stats.env_steps / window,
+            "updates_per_s": stats.updates / window}
+
+
 def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
                    progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     total_steps = budget.total_steps
@@ -176,7 +188,9 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     meters.start()
     t0 = time.perf_counter()
     train = _train_local if config.placement == "local" else _train_distributed
-    trained = train(config, plan, algorithm, hp, budget)
+    busy = 1 if config.placement == "local" else config.actors + 2  # the actors, the replay node, the learner
+    with watch(busy_processes=busy) as machine:
+        trained = train(config, plan, algorithm, hp, budget)
     stats = trained.stats
     status, reason = "complete", None
     if budget.interrupted:
@@ -192,6 +206,9 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     if progress:
         progress(stats.env_steps, total_steps)
     notes = trained.notes + [f"failure: {f}" for f in trained.failures]
+    if machine.warning:
+        notes.append("warning: " + machine.warning)
+    steady = _steady(stats, t0)
 
     evaluation = None
     if status == "complete" and trained.actor is not None and config.eval_episodes > 0:
@@ -213,13 +230,17 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
                        for kind, c in plan.selected().items()},
         "fingerprint": machine_fingerprint(),
         "timing": {"started_unix": started_unix, "wall_s": wall, "cpu_s": cpu,
-                   "cpu_utilisation": cpu / wall if wall > 0 else math.nan},
+                   "cpu_utilisation": cpu / wall if wall > 0 else math.nan, "startup_s": steady["startup_s"]},
         "throughput": {
             "env_steps": stats.env_steps, "updates": stats.updates, "samples": stats.samples,
+            # over the whole run, start-up included; `steady_*`: between the first and the last env step
             "env_steps_per_s": stats.env_steps / wall if wall > 0 else math.nan,
             "updates_per_s": stats.updates / wall if wall > 0 else math.nan,
             "samples_per_s": stats.samples / wall if wall > 0 else math.nan,
+            "steady_env_steps_per_s": steady["env_steps_per_s"],
+            "steady_updates_per_s": steady["updates_per_s"],
         },
+        "machine_state": machine.report(),
         "latency": trained.recorder.latency_summary(),
         "latency_histograms": {name: h.to_dict() for name, h in trained.recorder.histograms.items() if h.count},
         "counters": dict(trained.recorder.counters),

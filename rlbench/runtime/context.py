@@ -63,6 +63,9 @@ class LoopStats:
     env_steps: int = 0
     updates: int = 0
     samples: int = 0  # transitions sampled from replay
+    # perf_counter when the first and the last env step happened: the steady window, start-up excluded
+    first_step_t: float | None = None
+    last_step_t: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -61,6 +61,7 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
     next_update_at = max(hp.learning_starts, hp.batch_size)
     next_progress = time.perf_counter() + PROGRESS_EVERY_S
     obs = env.reset(seed=seed)
+    stats.first_step_t = time.perf_counter()  # start-up (imports, building the networks) ends here
 
     while not budget.exhausted(step):
         t0 = clock()
@@ -113,6 +114,7 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
             budget.progress(step)
             next_progress = time.perf_counter() + PROGRESS_EVERY_S
 
+    stats.last_step_t = time.perf_counter()
     actor.load_weights(learner.weights(), learner.updates)  # evaluate the final policy
     stats.env_steps = step
     stats.extra["samples_per_insert"] = stats.samples / step if step else 0.0
@@ -144,6 +146,7 @@ def _run_online(ctx: RunContext) -> LoopStats:
     step = 0
     actions = actor.act(obs, step)
     iterations = 0
+    first_step_t = time.perf_counter()
     while not ctx.budget.exhausted(step):
         result = env.step(actions)
         step += n
@@ -175,7 +178,8 @@ def _run_online(ctx: RunContext) -> LoopStats:
         if iterations % PROGRESS_EVERY == 0:
             ctx.budget.progress(step)
     ctx.budget.progress(step)
-    return LoopStats(env_steps=step, updates=learner.updates, samples=step,
+    return LoopStats(env_steps=step, updates=learner.updates, samples=step, first_step_t=first_step_t,
+                     last_step_t=time.perf_counter(),
                      extra={"mode": "online", "rule": learner.rule, "final_epsilon": actor.epsilon(step)})
 
 

@@ -1,0 +1,128 @@
+"""The machine's state while something was measured: was it quiet, or contended?
+
+Busy-polling transports lose their edge when the cores are contended (on a 2-core machine another
+job made dpdk 25 us against udp's 29). So every run and every benchmark records, beside its
+figures: the load average before and after, the CPU time stolen by the hypervisor, the CPU time
+other processes used meanwhile, and whether each of its busy processes had a core to itself — and
+says so in one warning line when the figures were taken on a contended machine. Nothing is retried
+until the number looks good; the state is reported as found.
+
+    with watch(busy_processes=4) as state:   # the run's or benchmark's own busy processes
+        ...
+    state.report()   # a dict for the result; state.warning: "" or one line
+
+From /proc (Linux); elsewhere the fields are None and the reason is said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+CONTENDED_OTHER_CORES = 0.2  # others used a fifth of a core on average: polling loops already feel it
+CONTENDED_STEAL = 0.05  # 5 % of the CPU time went to other guests
+CONTENDED_LOAD = 0.5  # the 1-minute load average per core before we started
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, steal) jiffies of all CPUs since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return user + nice + system + irq + softirq, steal
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and its children that have been waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@dataclass
+class MachineState:
+    busy_processes: int
+    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                       else (os.cpu_count() or 1))
+    load_before: list[float] | None = None
+    load_after: list[float] | None = None
+    wall_s: float = 0.0
+    steal_fraction: float | None = None
+    other_processes_cpu_s: float | None = None
+    own_cpu_s: float | None = None
+    extra_own_cpu_s: float = 0.0  # CPU of our processes the OS does not count as our children (e.g. Ray's)
+    warning: str = ""
+
+    def report(self) -> dict[str, Any]:
+        others = self.other_processes_cpu_s
+        return {
+            "cores": self.cores,
+            "busy_processes": self.busy_processes,
+            "each_had_a_core": self.busy_processes <= self.cores,
+            "load_before": self.load_before,
+            "load_after": self.load_after,
+            "steal_fraction": self.steal_fraction,
+            "other_processes_cpu_s": others,
+            "other_processes_cores": others / self.wall_s if others is not None and self.wall_s > 0 else None,
+            "own_cpu_s": self.own_cpu_s,
+            "contended": bool(self.warning),
+            "warning": self.warning,
+        }
+
+    def _judge(self) -> str:
+        reasons = []
+        if self.busy_processes > self.cores:
+            reasons.append(f"{self.busy_processes} busy processes share {self.cores} core(s)")
+        if self.load_before is not None and self.load_before[0] / self.cores > CONTENDED_LOAD:
+            reasons.append(f"load average {self.load_before[0]:.2f} on {self.cores} core(s) before it started")
+        if self.wall_s > 0 and self.other_processes_cpu_s is not None:
+            other_cores = self.other_processes_cpu_s / self.wall_s
+            if other_cores > CONTENDED_OTHER_CORES:
+                reasons.append(f"other processes used {other_cores:.2f} core(s) meanwhile")
+        if self.steal_fraction is not None and self.steal_fraction > CONTENDED_STEAL:
+            reasons.append(f"{self.steal_fraction:.0%} of the CPU time was stolen by the hypervisor")
+        if not reasons:
+            return ""
+        return "measured on a contended machine: " + "; ".join(reasons) + " (figures may be lower than a quiet machine's)"
+
+
+@contextlib.contextmanager
+def watch(busy_processes: int = 1) -> Iterator[MachineState]:
+    """Record the machine's state around a measurement; `busy_processes`: how many of ours spin or work."""
+    state = MachineState(busy_processes)
+    state.load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    jiffies_before = _cpu_jiffies()
+    own_before = _own_cpu_s()
+    t0 = time.perf_counter()
+    try:
+        yield state
+    finally:
+        state.wall_s = time.perf_counter() - t0
+        state.own_cpu_s = _own_cpu_s() - own_before + state.extra_own_cpu_s
+        jiffies_after = _cpu_jiffies()
+        state.load_after = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        if jiffies_before is not None and jiffies_after is not None:
+            tick = os.sysconf("SC_CLK_TCK")
+            busy = (jiffies_after[0] - jiffies_before[0]) / tick
+            steal = (jiffies_after[1] - jiffies_before[1]) / tick
+            capacity = state.wall_s * state.cores
+            state.steal_fraction = steal / capacity if capacity > 0 else None
+            # jiffies are coarse (10 ms): never report less than nothing
+            state.other_processes_cpu_s = max(0.0, busy - state.own_cpu_s)
+        state.warning = state._judge()
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One line for a benchmark's output: the state it was measured in."""
+    if report.get("warning"):
+        return "WARNING: " + report["warning"]
+    load = report.get("load_before")
+    others = report.get("other_processes_cores")
+    return (f"machine: quiet ({report['cores']} core(s), {report['busy_processes']} busy process(es) of ours"
+            + (f", load {load[0]:.2f} before" if load else "")
+            + (f", others used {others:.2f} core(s)" if others is not None else "") + ")")
