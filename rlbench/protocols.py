@@ -119,10 +119,26 @@ Buffer = Any  # anything supporting the buffer protocol: bytes, bytearray, memor
 
 @runtime_checkable
 class Connection(Protocol):
-    """One side of a bidirectional, message-oriented link.
+    """One side of a bidirectional, message-oriented link (what `Transport.connect` returns).
 
-    A message is the concatenation of the parts given to `send`; it arrives whole or not at all.
-    `recv` returns a memoryview valid until the next `recv` on the same connection.
+    The rules every transport keeps (`rlbench.testing.check_transport` checks each one):
+
+    - A message is the concatenation of the parts given to `send`; it arrives whole or not at all,
+      and in order. A transport that declares `reliable=False` may lose messages but never silently:
+      each loss is counted in `stats["lost"]` (received + lost == sent).
+    - `send` copies what it needs before it returns: the caller may change or reuse its buffers at
+      once. A message larger than the working limit raises `MessageTooLargeError` (an RlbenchError
+      and a ValueError) and the connection keeps working.
+    - `recv(timeout)` returns a memoryview valid until the next `recv` on the same connection, or
+      None when nothing arrived within `timeout` (None waits for ever). When the far side has closed
+      or died, `recv` and `send` raise a ConnectionError (`rlbench.kit.framing.TransportClosedError`);
+      so does a message over this side's receive limit, or a garbled one, after which the connection
+      is closed.
+    - `connect(address, timeout)` keeps trying while nothing listens yet and raises
+      TransportClosedError when the timeout passes; a malformed address raises AddressError.
+    - `request(*parts, timeout)` = send, then wait for one message; raises TimeoutError when none
+      comes within `timeout`.
+    - `close()` is harmless to call twice.
     """
 
     def send(self, *parts: Buffer) -> None: ...
@@ -143,7 +159,21 @@ class Connection(Protocol):
 
 @runtime_checkable
 class Listener(Protocol):
-    """The serving side: many peers connect to one address; replies go to a peer by its id."""
+    """The serving side: many peers connect to one address; replies go to a peer by its id.
+
+    - A peer id is known from its first message on; `peers` lists the ids connected now.
+      `send(peer, ...)` to an id it does not serve raises TransportClosedError naming the id.
+    - Receiving enforces the listener's limit before allocating anything for a message, and memory
+      follows the bytes that arrived, never a length the sender claims. A peer that sends more than
+      the limit, garbles its framing, or stalls mid-message is dropped (or its message refused) and
+      counted; every other peer goes on being served. Nothing a peer sends makes `recv` raise or
+      wait on that peer.
+    - `recv` and `send` on a closed listener raise ConnectionError; `close()` is harmless twice.
+    - `stats` has at least messages_sent, messages_received, bytes_sent, bytes_received, lost, and
+      the peer faults `refused_oversize`, `malformed`, `dropped_peers` (`rlbench.kit.framing.PEER_FAULTS`).
+    - Optional: `drop(peer)` closes one peer's connection (the replay node drops a peer that failed
+      authentication, where the listener can).
+    """
 
     address: str
 
@@ -162,6 +192,11 @@ class Listener(Protocol):
 
 @runtime_checkable
 class Transport(Protocol):
+    """A factory `factory(**options)` registered with TransportCapabilities. It may take
+    `max_message_bytes=` (at most the registered capability) to work with a lower limit, both ways;
+    the instance then has `.max_message_bytes`. `listen(None)` picks a local address (loopback for
+    the kernel transports); `listener.address` is what `connect` takes."""
+
     capabilities: TransportCapabilities
 
     def listen(self, address: str | None = None) -> Listener: ...
@@ -178,6 +213,21 @@ class Sample:
 
 @runtime_checkable
 class ReplayMemory(Protocol):
+    """`factory(capacity, *, alpha, seed, **options)`. The rules (`rlbench.testing.check_replay_memory`):
+
+    - The first `add` fixes the fields, dtypes and row shapes (`rlbench.kit.replay.TransitionLayout`);
+      later batches must match. Refused input raises an RlbenchError (`rlbench.kit.replay.ReplayError`)
+      with one line and leaves the memory as it was (a refused first batch fixes nothing).
+    - FIFO: when full, the oldest items are overwritten; `add` returns the indices written.
+    - `sample` draws with replacement; the same seed and calls give the same draws. Prioritized:
+      P(i) = p_i**alpha / sum p**alpha, weights (N P(i))**-beta / max_j (N P(j))**-beta over the whole
+      memory; uniform: weights of one. beta outside [0, 1], a batch < 1 or an empty memory are refused.
+    - `update_priorities`: indices in [0, len), priorities finite and >= 0; an index given twice
+      takes the last priority.
+    - `stats()` is a JSON-able dict (size and capacity at least).
+    A memory may carry `capabilities`; the runtime reads them from the registry entry.
+    """
+
     capabilities: ReplayCapabilities
     capacity: int
 
