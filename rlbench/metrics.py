@@ -180,3 +180,24 @@ class Recorder:
 
     def latency_summary(self) -> dict[str, Any]:
         return {name: h.summary() for name, h in sorted(self.histograms.items()) if h.count}
+
+
+# Where a role's time goes (RL-Scope's question): each timed operation belongs to one category; what
+# no timed operation covers is rlbench's own bookkeeping (the loop, accounting, histograms, codecs).
+TIME_CATEGORIES = ("env", "inference", "learner", "replay", "weights", "transport", "bookkeeping")
+
+
+def time_split(recorder: Recorder, window_s: float, categories: dict[str, str]) -> dict[str, float]:
+    """Seconds per category over a role's steady window: `categories` maps a histogram name to its
+    category (histograms that overlap others, e.g. a request timed while the caller works, are left
+    out); the rest of the window is bookkeeping. Also the bookkeeping share of the window."""
+    split = {category: 0.0 for category in TIME_CATEGORIES}
+    for name, category in categories.items():
+        histogram = recorder.histograms.get(name)
+        if histogram is not None:
+            split[category] += histogram.total / 1e9
+    timed = sum(split.values())
+    split["bookkeeping"] = max(0.0, window_s - timed)
+    split["window_s"] = window_s
+    split["bookkeeping_share"] = split["bookkeeping"] / window_s if window_s > 0 else float("nan")
+    return split

@@ -31,9 +31,12 @@ from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
 from rlbench.errors import RlbenchError
 from rlbench.protocols import Sample
+from rlbench.metrics import time_split
 from rlbench.runtime.context import LoopStats, RunContext
 
 PROGRESS_EVERY_S = 0.25
+LOCAL_TIMES = {"env.step": "env", "actor.inference": "inference", "learner.update": "learner", "replay.add": "replay",
+               "replay.sample": "replay", "replay.update_priorities": "replay", "weights.publish": "weights"}
 PROGRESS_EVERY = 1024  # tabular loop iterations between budget.progress calls
 
 
@@ -115,6 +118,7 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
             next_progress = time.perf_counter() + PROGRESS_EVERY_S
 
     stats.last_step_t = time.perf_counter()
+    stats.extra["time_split"] = {"local": time_split(recorder, stats.last_step_t - stats.first_step_t, LOCAL_TIMES)}
     actor.load_weights(learner.weights(), learner.updates)  # evaluate the final policy
     stats.env_steps = step
     stats.extra["samples_per_insert"] = stats.samples / step if step else 0.0
