@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlbench.kit.environment import ActionCheck
 from rlbench.protocols import EnvSpec, Probe, StepResult
 
 # Old ids users type, and the ids newer gymnasium releases register instead.
@@ -77,6 +78,7 @@ class GymnasiumEnv:
             note=note,
         )
         self._seed = seed
+        self._check_actions = ActionCheck(self.spec)
         shape = (num_envs, *self.spec.observation_shape)
         self._obs = np.zeros(shape, dtype=self.spec.observation_dtype)
         self._final = np.zeros(shape, dtype=self.spec.observation_dtype)
@@ -91,6 +93,7 @@ class GymnasiumEnv:
         return self._obs.copy()
 
     def step(self, actions: np.ndarray) -> StepResult:
+        actions = self._check_actions(actions)  # before any copy moves
         n = len(self.envs)
         rewards = np.empty(n, dtype=np.float32)
         terminated = np.empty(n, dtype=bool)

@@ -2,12 +2,14 @@
 
 Call them from your plugin's own tests; each raises `AssertionError` with what is wrong::
 
-    from rlbench.testing import check_transport, check_replay_memory, check_compute_backend
+    from rlbench.testing import check_transport, check_replay_memory, check_compute_backend, check_environment
     check_replay_memory(lambda capacity: MyReplay(capacity=capacity, alpha=0.6, seed=0))
+    check_environment(lambda num_envs, seed, **options: MyEnv(num_envs, seed=seed, **options))
 """
 
 from rlbench.testing.compute import check_compute_backend
+from rlbench.testing.environment import check_environment
 from rlbench.testing.replay import check_replay_memory
 from rlbench.testing.transport import check_transport
 
-__all__ = ["check_transport", "check_replay_memory", "check_compute_backend"]
+__all__ = ["check_transport", "check_replay_memory", "check_compute_backend", "check_environment"]
