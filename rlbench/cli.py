@@ -301,20 +301,28 @@ def bench() -> None:
     """Micro-benchmarks, each printing peers side by side in one run."""
 
 
-def _attach_bench_commands() -> None:
+# Commands that live with their subject; each module imports only click at the top (`rlbench --help`
+# stays fast and loads no matplotlib, scipy, torch or Ray).
+COMMANDS = (("rlbench.report.cli", "sweep_command"), ("rlbench.report.cli", "report_command"),
+            ("rlbench.report.cli", "compare_command"), ("rlbench.report.cli", "dashboard_command"),
+            ("rlbench.plan.cli", "profile_command"), ("rlbench.plan.cli", "plan_command"),
+            ("rlbench.ray_cli", "ray_group"))
+BENCH_COMMANDS = (("rlbench.bench.transport", "command"), ("rlbench.bench.replay", "command"),
+                  ("rlbench.bench.compute", "command"), ("rlbench.bench.compute", "dqn_command"),
+                  ("rlbench.bench.algo", "ddpg_command"),
+                  ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
+                  ("rlbench.bench.matrix", "command"), ("rlbench.ray_cli", "launchers_command"))
+
+
+def _attach_commands() -> None:
     import importlib
 
-    for module, attr in (("rlbench.bench.transport", "command"), ("rlbench.bench.replay", "command"),
-                         ("rlbench.bench.compute", "command"), ("rlbench.bench.compute", "dqn_command"),
-                         ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
-                         ("rlbench.bench.matrix", "command")):
-        try:
-            bench.add_command(getattr(importlib.import_module(module), attr))
-        except (ImportError, AttributeError):
-            continue  # that benchmark is not part of this checkout
+    for group, commands in ((cli, COMMANDS), (bench, BENCH_COMMANDS)):
+        for module, attr in commands:
+            group.add_command(getattr(importlib.import_module(module), attr))
 
 
-_attach_bench_commands()
+_attach_commands()
 
 
 def main() -> None:

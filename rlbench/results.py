@@ -49,12 +49,33 @@ def write(result: dict[str, Any], out: str) -> Path:
 
 
 def load(path: str) -> dict[str, Any]:
+    """A result document, checked; any file that is not one is a one-line RlbenchError."""
     try:
-        data = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise RlbenchError(f"no such result file: {path}") from None
+    except IsADirectoryError:
+        raise RlbenchError(f"{path} is a folder, not a result file") from None
+    except OSError as exc:
+        raise RlbenchError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RlbenchError(f"{path} is not a text file (binary data), so not an rlbench result") from None
     except json.JSONDecodeError as exc:
         raise RlbenchError(f"{path} is not JSON: {exc}") from None
+    return check(data, str(path))
+
+
+# the top-level fields every reader relies on, and their JSON types
+FIELD_TYPES = {"status": str, "config": dict, "fingerprint": dict, "throughput": dict, "latency": dict,
+               "learning_curve": list, "timing": dict, "energy": dict, "accounting": dict}
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "an array", float: "a number", int: "an integer",
+               bool: "true or false"}
+
+
+def check(data: Any, path: str) -> dict[str, Any]:
+    """`data` is a result of the schema this rlbench reads, with its required fields of the right type."""
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("rlbench.result/"):
         raise RlbenchError(f"{path} is not an rlbench result (no 'schema': {SCHEMA!r})")
     if data["schema"] != SCHEMA:
@@ -62,7 +83,35 @@ def load(path: str) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise RlbenchError(f"{path} is missing {', '.join(missing)}")
+    for key, kind in FIELD_TYPES.items():
+        if not isinstance(data[key], kind):
+            raise RlbenchError(f"{path}: field {key!r} should be {_TYPE_NAMES[kind]}, "
+                               f"got {type(data[key]).__name__} {_short(data[key])}")
     return data
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def field(result: dict[str, Any], dotted: str, kind: type | tuple[type, ...] = float) -> Any:
+    """The value at `dotted` (e.g. "timing.wall_s"), None when absent or null; a value of another
+    type than `kind` (float accepts any number) is a one-line RlbenchError naming the field."""
+    value: Any = result
+    for part in dotted.split("."):
+        if not isinstance(value, dict):
+            raise RlbenchError(f"field {dotted!r}: {part!r} is inside {type(value).__name__} {_short(value)}, not an object")
+        value = value.get(part)
+        if value is None:
+            return None
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if float in kinds:
+        kinds = (*kinds, int)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise RlbenchError(f"field {dotted!r} should be {_TYPE_NAMES.get(kinds[0], kinds[0].__name__)}, "
+                           f"got {type(value).__name__} {_short(value)}")
+    return value
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -73,52 +122,272 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _scalars(block: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
+    """key=value for the scalar entries of a block (nested objects left to their own lines)."""
+    parts = []
+    for key, value in block.items():
+        if key in skip or isinstance(value, (dict, list)) or value is None:
+            continue
+        parts.append(f"{key}={_fmt(value, 3) if isinstance(value, float) else value}")
+    return " ".join(parts)
+
+
+def _flatten(block: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(block, dict):
+        return [item for key, value in block.items() for item in _flatten(value, f"{prefix}{key}.")]
+    return [(prefix.rstrip("."), block)]
+
+
 def render(result: dict[str, Any]) -> str:
-    """The summary table `rlbench run` prints and `rlbench show` re-prints."""
-    cfg = result["config"]
-    lines = []
-    status = result["status"]
+    """The summary `rlbench run` prints and `rlbench show` re-prints: every figure the result holds
+    that a user would look for. A malformed field is a one-line RlbenchError, never a traceback."""
+    where = result.get("path") or "result"
+    try:
+        return "\n".join(_render(result))
+    except RlbenchError as exc:
+        raise RlbenchError(f"{where}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError) as exc:
+        raise RlbenchError(f"{where}: malformed result ({type(exc).__name__}: {exc})") from None
+
+
+def _render(result: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    status = field(result, "status", str) or "?"
     head = f"rlbench {result.get('rlbench_version', '?')}  {status.upper()}"
-    if result.get("status_reason"):
+    if field(result, "status_reason", str):
         head += f" ({result['status_reason']})"
     lines.append(head)
-    lines.append(f"  {cfg['algo']} on {cfg['env']}  replay={cfg.get('replay') or '-'}  compute={cfg['compute']}  "
-                 f"placement={cfg['placement']}  transport={cfg.get('transport') if cfg['placement'] != 'local' else '-'}  "
-                 f"actors={cfg['actors']}  seed={cfg['seed']}")
-    for note in result.get("notes", []):
+    cfg = result["config"]
+    placement = field(result, "config.placement", str) or "?"
+    lines.append(f"  {cfg.get('algo')} on {cfg.get('env')}  replay={cfg.get('replay') or '-'}  compute={cfg.get('compute')}  "
+                 f"placement={placement}  transport={cfg.get('transport') if placement != 'local' else '-'}  "
+                 f"actors={cfg.get('actors')}  seed={cfg.get('seed')}")
+    study = field(result, "study", dict)
+    if study:
+        lines.append(f"  study {study.get('name')!r}, cell {study.get('cell')}")
+    for note in field(result, "notes", list) or []:
         lines.append(f"  note: {note}")
-    t = result["timing"]
-    tp = result["throughput"]
-    lines.append(f"  wall {t['wall_s']:.1f} s   cpu {t['cpu_s']:.1f} s   utilisation {t['cpu_utilisation']:.2f} cores")
-    lines.append(f"  env steps {_fmt(tp['env_steps'])} ({_fmt(tp['env_steps_per_s'])}/s)   updates {_fmt(tp['updates'])} "
-                 f"({_fmt(tp['updates_per_s'])}/s)   samples {_fmt(tp['samples_per_s'])}/s")
-    steady = (result.get("loop") or {}).get("steady_env_steps_per_s")
-    if steady:
-        lines.append(f"  steady state (first to last INSERT at the replay node): {steady:,.1f} env steps/s")
-    ev = result.get("evaluation") or {}
+    lines += _timing_lines(result)
+    lines += _loop_lines(result)
+    lines += _outcome_lines(result)
+    lines += _device_lines(result)
+    for name, energy in result["energy"].items():
+        if not isinstance(energy, dict):
+            raise RlbenchError(f"field 'energy.{name}' should be an object, got {_short(energy)}")
+        kind = energy.get("kind")
+        lines.append(f"  energy ({name}): {_fmt(energy.get('joules'))} J ({kind or 'not measured'}"
+                     + (f": {energy['reason']}" if energy.get("reason") else "") + ")")
+    lines += _latency_lines(result)
+    lines += _role_lines(result)
+    lines += _launcher_lines(result)
+    lines += _time_split_lines(result)
+    lines += _machine_state_lines(result)
+    modelled = field(result, "modelled", dict) or {}
+    for label, block in modelled.items():
+        values = " ".join(f"{k}={_fmt(v, 4) if isinstance(v, float) else v}" for k, v in _flatten(block)
+                          if k not in ("timing", "kind"))
+        lines.append(f"  modelled, not measured ({label}): {values}")
+    if result.get("path"):
+        lines.append(f"  result: {result['path']}")
+    return lines
+
+
+def _timing_lines(result: dict[str, Any]) -> list[str]:
+    wall = field(result, "timing.wall_s")
+    cpu = field(result, "timing.cpu_s")
+    util = field(result, "timing.cpu_utilisation")
+    startup = field(result, "timing.startup_s")
+    line = f"  wall {_fmt(wall)} s   cpu {_fmt(cpu)} s   utilisation {_fmt(util, 2)} cores"
+    if startup is not None:
+        line += f"   start-up {startup:.1f} s"
+    lines = [line]
+    lines.append(f"  env steps {_fmt(field(result, 'throughput.env_steps', int))} "
+                 f"({_fmt(field(result, 'throughput.env_steps_per_s'))}/s)   "
+                 f"updates {_fmt(field(result, 'throughput.updates', int))} ({_fmt(field(result, 'throughput.updates_per_s'))}/s)   "
+                 f"samples {_fmt(field(result, 'throughput.samples_per_s'))}/s")
+    steady = field(result, "throughput.steady_env_steps_per_s")
+    if steady is not None:
+        updates = field(result, "throughput.steady_updates_per_s")
+        lines.append(f"  steady state (first to last env step): {steady:,.1f} env steps/s"
+                     + (f", {updates:,.1f} updates/s" if updates is not None else ""))
+    node_steady = field(result, "loop.steady_env_steps_per_s")
+    if node_steady:
+        lines.append(f"  steady state at the replay node (first to last INSERT): {node_steady:,.1f} env steps/s")
+    return lines
+
+
+def _loop_lines(result: dict[str, Any]) -> list[str]:
+    lines = []
+    limiter = field(result, "loop.rate_limiter", dict)
+    if limiter:
+        lines.append(f"  rate limiter: samples per insert target {_fmt(field(result, 'loop.rate_limiter.samples_per_insert_target'))}, "
+                     f"achieved {_fmt(field(result, 'loop.rate_limiter.samples_per_insert_achieved'))}"
+                     f" (sampling from {_fmt(field(result, 'loop.rate_limiter.min_size_to_sample', int))} stored)")
+    elif field(result, "loop.samples_per_insert") is not None:
+        lines.append(f"  samples per insert achieved {result['loop']['samples_per_insert']:,.1f} (no rate limiter: one process)")
+    depths = field(result, "loop.queue_depths", dict) or {}
+    if depths:
+        parts = [f"{name} p50 {_fmt(s.get('p50'))} max {_fmt(s.get('max'))}" for name, s in depths.items()
+                 if isinstance(s, dict) and s.get("count")]
+        if parts:
+            lines.append("  queue depths: " + "; ".join(parts))
+    rest = _scalars(field(result, "loop", dict) or {}, skip=("samples_per_insert", "steady_env_steps_per_s"))
+    if rest:
+        lines.append(f"  loop: {rest}")
+    counters = field(result, "counters", dict) or {}
+    if counters:
+        lines.append("  counters: " + " ".join(f"{k}={_fmt(v)}" for k, v in counters.items()))
+    return lines
+
+
+def _outcome_lines(result: dict[str, Any]) -> list[str]:
+    lines = []
+    ev = field(result, "evaluation", dict) or {}
     if ev:
-        solved = ev.get("success_rate")
+        solved = field(result, "evaluation.success_rate")
         extra = f"   success rate {solved:.2f}" if solved is not None else ""
-        lines.append(f"  greedy evaluation over {ev['episodes']} episodes: mean return {_fmt(ev['mean_return'], 2)}"
-                     f" (std {_fmt(ev['std_return'], 2)}){extra}")
+        lines.append(f"  greedy evaluation over {ev.get('episodes')} episodes: mean return {_fmt(field(result, 'evaluation.mean_return'), 2)}"
+                     f" (std {_fmt(field(result, 'evaluation.std_return'), 2)}){extra}")
     curve = result["learning_curve"]
     if curve:
         tail = curve[-min(10, len(curve)):]
-        mean_tail = sum(p["return"] for p in tail) / len(tail)
-        lines.append(f"  training episodes {len(curve)}; mean return of the last {len(tail)}: {mean_tail:.2f}")
+        returns = [point.get("return") if isinstance(point, dict) else None for point in tail]
+        if any(not isinstance(r, (int, float)) or isinstance(r, bool) for r in returns):
+            raise RlbenchError("field 'learning_curve' should hold objects with a numeric 'return'")
+        lines.append(f"  training episodes {len(curve)}; mean return of the last {len(tail)}: {sum(returns) / len(tail):.2f}")
     acc = result["accounting"]
-    lines.append(f"  transitions produced {_fmt(acc['produced'])} = stored {_fmt(acc['stored'])} + dropped {_fmt(acc['dropped'])}"
-                 + (f" {acc['dropped_by_cause']}" if acc["dropped"] else ""))
-    for name, energy in result["energy"].items():
-        lines.append(f"  energy ({name}): {_fmt(energy.get('joules'))} J ({energy.get('kind') or 'not measured'}"
-                     + (f": {energy['reason']}" if energy.get("reason") else "") + ")")
-    if result["latency"]:
-        lines.append("  latency (us)            count       p50       p90       p99       max")
-        for op, s in result["latency"].items():
-            if s.get("count"):
-                lines.append(f"    {op:<20} {s['count']:>8,} {s['p50']:>9.1f} {s['p90']:>9.1f} {s['p99']:>9.1f} {s['max']:>9.1f}")
-    for label, block in (result.get("modelled") or {}).items():
-        lines.append(f"  modelled ({label}): {json.dumps(block, default=str)}")
-    if result.get("path"):
-        lines.append(f"  result: {result['path']}")
-    return "\n".join(lines)
+    dropped = field(result, "accounting.dropped", int)
+    lines.append(f"  transitions produced {_fmt(field(result, 'accounting.produced', int))} = stored "
+                 f"{_fmt(field(result, 'accounting.stored', int))} + dropped {_fmt(dropped)}"
+                 + (f" {acc.get('dropped_by_cause')}" if dropped else ""))
+    memory = field(result, "replay_stats", dict)
+    if memory:
+        line = f"  replay memory: {_fmt(memory.get('size'))} of {_fmt(memory.get('capacity'))} stored, " \
+               f"{_fmt(memory.get('overwritten'))} overwritten"
+        if memory.get("prioritized"):
+            line += f", prioritized (alpha {_fmt(memory.get('alpha'), 2)})"
+        lines.append(line)
+    return lines
+
+
+def _device_text(device: dict[str, Any]) -> str:
+    name = device.get("device") or device.get("name") or "?"
+    text = f"{name}"
+    extra = [str(device[k]) for k in ("platform", "type") if device.get(k)]
+    if extra:
+        text += f" ({', '.join(extra)})"
+    if device.get("emulation"):
+        text += f" [emulated: {device.get('emulation_kind') or 'emulation'}]"
+    return text
+
+
+def _device_lines(result: dict[str, Any]) -> list[str]:
+    """Where each component ran: its own report of a device, else its plugin's fingerprint."""
+    plugins = field(result, "fingerprint.plugins", dict) or {}
+    components = field(result, "components", dict) or {}
+    lines = []
+    for kind, component in components.items():
+        if not isinstance(component, dict):
+            continue
+        device = component.get("device")
+        if device is None and kind == "replay":
+            device = (field(result, "replay_stats", dict) or {}).get("device")
+        source = ""
+        plugin = component.get("plugin")
+        if device is None and plugin and plugin != "builtin" and isinstance(plugins.get(plugin), dict) \
+                and plugins[plugin].get("device"):
+            device, source = plugins[plugin], " (the plugin's fingerprint)"
+        if isinstance(device, dict):
+            lines.append(f"  device: {kind} {component.get('name')} on {_device_text(device)}{source}")
+        elif isinstance(device, str):
+            lines.append(f"  device: {kind} {component.get('name')} on {device}{source}")
+        elif plugin and plugin != "builtin" and isinstance(plugins.get(plugin), dict):
+            lines.append(f"  device: {kind} {component.get('name')}, per plugin {plugin}: {_scalars(plugins[plugin])}")
+    return lines
+
+
+def _latency_lines(result: dict[str, Any]) -> list[str]:
+    latency = result["latency"]
+    rows = [(op, s) for op, s in latency.items() if isinstance(s, dict) and s.get("count")]
+    if not rows:
+        return []
+    width = max(20, *(len(op) for op, _ in rows))
+    lines = [f"  latency (us)  {'':<{width - 12}}   count       p50       p90       p99       max"]
+    for op, s in rows:
+        values = [s.get(k) for k in ("p50", "p90", "p99", "max")]
+        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values + [s["count"]]):
+            raise RlbenchError(f"field 'latency.{op}' should hold numbers, got {_short(s)}")
+        lines.append(f"    {op:<{width}} {s['count']:>8,} " + " ".join(f"{v:>9.1f}" for v in values))
+    return lines
+
+
+def _role_lines(result: dict[str, Any]) -> list[str]:
+    roles = field(result, "roles", dict) or field(result, "loop.roles", dict) or {}
+    roles = {name: r for name, r in roles.items() if isinstance(r, dict)}
+    if not roles:
+        return []
+    staleness = field(result, "loop.weights_staleness", dict) or {}
+    lines = ["  role            host            wall s   cpu s  cpu/wall   msgs out    msgs in     MB out      MB in"
+             "  weight staleness p50 / max (updates)"]
+    for name, role in roles.items():
+        link = role.get("link") if isinstance(role.get("link"), dict) else {}
+        wall, cpu = role.get("wall_s"), role.get("cpu_s")
+        util = cpu / wall if isinstance(wall, (int, float)) and isinstance(cpu, (int, float)) and wall > 0 else None
+        stale = role.get("staleness") if isinstance(role.get("staleness"), dict) else staleness.get(name)
+        stale_text = f"{_fmt(stale.get('p50'))} / {_fmt(stale.get('max'))}" if isinstance(stale, dict) and stale.get("count") else "-"
+        mb_out = link.get("bytes_sent") / 1e6 if isinstance(link.get("bytes_sent"), (int, float)) else None
+        mb_in = link.get("bytes_received") / 1e6 if isinstance(link.get("bytes_received"), (int, float)) else None
+        lost = f"  lost {link['lost']}" if link.get("lost") else ""
+        lines.append(f"    {name:<12} {str(role.get('host') or '-'):<14} {_fmt(wall, 2):>7} {_fmt(cpu, 2):>7} {_fmt(util, 2):>9} "
+                     f"{_fmt(link.get('messages_sent')):>10} {_fmt(link.get('messages_received')):>10} "
+                     f"{_fmt(mb_out, 2):>10} {_fmt(mb_in, 2):>10}  {stale_text}{lost}")
+    return lines
+
+
+def _launcher_lines(result: dict[str, Any]) -> list[str]:
+    """A cluster launcher's run: the engine and its version, and each node: its roles, CPU, plugins."""
+    launcher = field(result, "loop.launcher", dict) or {}
+    if launcher.get("name") in (None, "local"):
+        return []
+    startup = launcher.get("startup_s")
+    lines = [f"  launcher {launcher['name']} {launcher.get('ray_version') or ''} at {launcher.get('ray_address') or 'a Ray started for the run'}"
+             + (f", start-up {_fmt(startup, 2)} s" if isinstance(startup, (int, float)) else "")]
+    nodes = launcher.get("nodes") if isinstance(launcher.get("nodes"), dict) else {}
+    for node_id, node in nodes.items():
+        if not isinstance(node, dict):
+            raise RlbenchError(f"field 'loop.launcher.nodes.{node_id}' should be an object, got {_short(node)}")
+        fingerprint = node.get("fingerprint") if isinstance(node.get("fingerprint"), dict) else {}
+        plugins = ",".join(sorted(fingerprint.get("plugins") or {})) or "-"
+        lines.append(f"    node {str(node_id)[:12]}  {node.get('ip')}  {node.get('hostname') or '-'}: "
+                     f"{', '.join(map(str, node.get('roles') or []))}   cpu {fingerprint.get('cpu', '-')} x{fingerprint.get('cores', '-')}"
+                     f"  plugins {plugins}")
+    return lines
+
+
+def _time_split_lines(result: dict[str, Any]) -> list[str]:
+    split = field(result, "time_split", dict) or field(result, "loop.time_split", dict) or {}
+    split = {role: parts for role, parts in split.items() if isinstance(parts, dict)}
+    if not split:
+        return []
+    columns = list(dict.fromkeys(k for parts in split.values() for k in parts if not k.endswith("_share")))
+    lines = ["  time split (s)  " + "".join(f"{c:>12}" for c in columns)]
+    for role, parts in split.items():
+        lines.append(f"    {role:<13}" + "".join(f"{_fmt(parts.get(c), 2):>12}" for c in columns))
+    return lines
+
+
+def _machine_state_lines(result: dict[str, Any]) -> list[str]:
+    state = field(result, "machine_state", dict)
+    if not state:
+        return []
+    loads = [f"{_fmt(state[k][0], 2) if isinstance(state.get(k), list) and state[k] else '-'}" for k in ("load_before", "load_after")]
+    line = f"  machine state: load average {loads[0]} before, {loads[1]} after   "
+    lines = [(line + _scalars(state, skip=("warning", "contended", "load_before", "load_after"))).rstrip()]
+    for nested, block in state.items():
+        if isinstance(block, dict):
+            lines.append(f"    {nested}: {_scalars(block)}")
+    warning = state.get("warning")
+    noted = any(str(warning) in str(note) for note in field(result, "notes", list) or []) if warning else False
+    if (state.get("contended") or warning) and not noted:
+        lines.append(f"  WARNING: machine was contended{': ' + str(warning) if warning else ''}")
+    return lines

@@ -92,6 +92,17 @@ def _select_loop(plan: Plan) -> Callable[[RunContext], LoopStats]:
     return run_tabular_loop
 
 
+def check(config: RunConfig, registry: Registry) -> tuple[Plan, Any, Any]:
+    """Everything `run` refuses before it starts, in one place: (plan, algorithm, hyperparameters),
+    or an RlbenchError saying what is wrong and what would work."""
+    plan = validate(config, registry)
+    algorithm = plan.algorithm.create()
+    hp = apply_overrides(algorithm.Config, config.hyperparameters)
+    validate_hyperparameters(hp)
+    validate_messages(config, plan, algorithm, hp, registry)
+    return plan, algorithm, hp
+
+
 def run(config: RunConfig, *, registry: Registry | None = None,
         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run `config`; returns the result document (also written when config.out is set).
@@ -99,13 +110,8 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     Raises RlbenchError before anything starts when the combination is invalid.
     """
     registry = registry or get_registry()
-    plan = validate(config, registry)
+    plan, algorithm, hp = check(config, registry)
     call_hook_safely("rlbench_run_configured", config=config)
-
-    algorithm = plan.algorithm.create()
-    hp = apply_overrides(algorithm.Config, config.hyperparameters)
-    validate_hyperparameters(hp)
-    validate_messages(config, plan, algorithm, hp, registry)
     total_steps = config.steps if config.steps is not None else hp.total_steps
     budget = Budget(total_steps=total_steps, seconds=config.seconds,
                     on_progress=(lambda step: progress(step, total_steps)) if progress else None)

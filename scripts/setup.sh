@@ -10,7 +10,7 @@ VENV=${RLBENCH_VENV:-.venv}
 # Debian packages the core and the plugins build or run against. Missing ones are installed when
 # we are root; otherwise the plugin that needs them reports itself unavailable, with the reason.
 DEBIAN_PACKAGES=(gcc pkg-config binutils iproute2 dpdk libdpdk-dev pocl-opencl-icd ocl-icd-libopencl1
-                 chromium libjs-jquery libjs-jquery-flot libjs-bootstrap node-blueimp-md5)
+                 chromium libjs-jquery libjs-jquery-flot libjs-jquery-stupidtable libjs-bootstrap node-blueimp-md5)
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -31,6 +31,7 @@ fi
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # torch first, pinned: the CPU build; any looser spec may pull several GB of CUDA wheels.
 "$VENV/bin/python" -c "import torch" 2>/dev/null || "${PIP[@]}" "torch==2.13.0"
+"${PIP[@]}" "ray==2.60.0"  # --launcher ray and the ray transport; pinned (rlbench.builtin.capabilities.RAY_REQUIREMENT), Ray's PyPI wheel is CPU-only
 "${PIP[@]}" -e ".[test]"
 for plugin in plugins/*/ examples/*/; do
   if [ -f "$plugin/pyproject.toml" ]; then "${PIP[@]}" -e "$plugin"; fi

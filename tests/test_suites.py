@@ -1,20 +1,18 @@
 """The asv suites: the fixed component lists cover every in-repo component, the matrix skips what the
-CLI's validator refuses, and the quick suite runs for real (asv, existing environment) and publishes a
-dashboard that headless Chromium draws (screenshot kept at results/asv-dashboard.png)."""
+CLI's validator refuses, and the quick suite runs for real through scripts/asv_quick.sh (asv, existing
+environment), whose published dashboard, served by `rlbench dashboard` as a user opens it, headless
+Chromium draws offline (screenshot kept at results/asv-dashboard.png)."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import importlib.util
 import json
 import math
 import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
-import threading
 import tomllib
 from pathlib import Path
 
@@ -28,15 +26,7 @@ from rlbench.validate import validate
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT = ROOT / "results" / "asv-dashboard.png"
 SUITES = ("bench_transport", "bench_replay", "bench_compute", "bench_env", "bench_e2e")
-# The dashboard's scripts come from CDNs; these Debian packages serve the same libraries offline.
-OFFLINE_ASSETS = {
-    "jquery-3.3.1.min.js": "/usr/share/javascript/jquery/jquery.min.js",
-    "jquery.flot.min.js": "/usr/share/javascript/jquery-flot/jquery.flot.pack.js",
-    "md5.min.js": "/usr/share/javascript/blueimp-md5/md5.min.js",
-    "bootstrap.min.js": "/usr/share/javascript/bootstrap/js/bootstrap.min.js",
-    "bootstrap.min.css": "/usr/share/javascript/bootstrap/css/bootstrap.min.css",
-}
-DEBIAN_PACKAGES = "chromium libjs-jquery libjs-jquery-flot libjs-bootstrap node-blueimp-md5"
+DEBIAN_PACKAGES = "chromium libjs-jquery libjs-jquery-flot libjs-jquery-stupidtable libjs-bootstrap node-blueimp-md5"
 
 
 def in_repo_plugins() -> set[str]:
@@ -101,14 +91,9 @@ def test_time_to_threshold_uses_the_moving_window():
 
 
 # -- the quick suite, for real ------------------------------------------------------------------------
-def _asv(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "asv", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """asv's quick mode over every suite in this environment, results and dashboard in a temp dir."""
+    """scripts/asv_quick.sh, as CI runs it, with results and dashboard in a temp dir."""
     if importlib.util.find_spec("asv") is None:
         pytest.skip("asv not installed: pip install asv")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
@@ -121,17 +106,11 @@ def quick_run(tmp_path_factory):
     (work / "asv.conf.json").write_text(json.dumps(conf))
     # asv's machine file lives in $HOME: use a private one, keeping the real cache (PoCL's compiled kernels).
     env = dict(os.environ, HOME=str(work), XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
-               OMP_NUM_THREADS="1", RLBENCH_ASV_MATRIX="quick")
-    machine = ["--machine", "rlbench-test"]
-    config = ["--config", str(work / "asv.conf.json")]
-    assert _asv(["machine", "--yes", *machine, *config], env, 60).returncode == 0
-    recorded = subprocess.run([sys.executable, "-m", "suites.machine", *machine], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert recorded.returncode == 0, recorded.stderr
-    run = _asv(["run", "--python=same", "--quick", *machine, *config, "--set-commit-hash", head.stdout.strip()],
-               env, 900)
-    published = _asv(["publish", *config], env, 300)
-    return {"run": run, "published": published, "work": work, "commit": head.stdout.strip()}
+               OMP_NUM_THREADS="1", RLBENCH_ASV_MATRIX="quick", RLBENCH_ASV_MACHINE="rlbench-test",
+               RLBENCH_ASV_CONFIG=str(work / "asv.conf.json"), RLBENCH_VENV=str(Path(sys.executable).parents[1]))
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "asv_quick.sh")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=1500)
+    return {"run": run, "work": work, "env": env, "commit": head.stdout.strip()}
 
 
 def _results(quick_run) -> dict:
@@ -170,54 +149,42 @@ def test_results_carry_the_hardware_fingerprint_beside_the_machine_name(quick_ru
         assert params.get(f"rlbench_{plugin}"), f"no {plugin} fingerprint in {sorted(params)}"
 
 
-def _offline_html(html: Path) -> None:
-    """Point the dashboard's CDN scripts and styles at the Debian copies of the same libraries."""
-    index = html / "index.html"
-    text = index.read_text()
-    for asset, local in OFFLINE_ASSETS.items():
-        shutil.copy(local, html / asset)
-    text = re.sub(r'<script src="https://[^"]*/([^"/]+)"[^>]*></script>',
-                  lambda m: f'<script src="{m.group(1)}"></script>' if m.group(1) in OFFLINE_ASSETS else "", text)
-    text = re.sub(r'<link rel="stylesheet" href="https://[^"]*/([^"/]+)"[^>]*>',
-                  lambda m: f'<link rel="stylesheet" href="{m.group(1)}">', text)
-    index.write_text(text)
+def test_dashboard_lists_the_suites_and_draws_a_graph_offline(quick_run):
+    """What a user opens: the dashboard the script published, served by `rlbench dashboard`."""
+    from rlbench.report import browser
 
-
-def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    return subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={profile}", "--virtual-time-budget=20000", *args],
-                          capture_output=True, text=True, timeout=120)
-
-
-def test_dashboard_lists_the_suites_and_draws_a_graph(quick_run, tmp_path):
-    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+    if browser.chromium() is None:
         pytest.skip("chromium not installed: apt-get install chromium")
-    missing = [path for path in OFFLINE_ASSETS.values() if not os.path.exists(path)]
+    from rlbench.report.dashboard import LOCAL_COPIES
+
+    missing = [str(path) for path in LOCAL_COPIES.values() if not path.exists()]
     if missing:
         pytest.skip(f"dashboard libraries missing ({', '.join(missing)}): apt-get install {DEBIAN_PACKAGES}")
-    assert quick_run["published"].returncode == 0, quick_run["published"].stderr[-3000:]
-    html = tmp_path / "html"
-    shutil.copytree(quick_run["work"] / "html", html)
-    _offline_html(html)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(html))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    assert "asv_quick: dashboard published" in quick_run["run"].stdout, quick_run["run"].stderr[-3000:]
+    index = (quick_run["work"] / "html" / "index.html").read_text()
+    remote = re.findall(r'<(?:script|link)[^>]*(?:src|href)="(https?://[^"]+)"', index)
+    assert not remote, f"the published page still loads from the internet: {remote}"
+    server = subprocess.Popen([sys.executable, "-m", "rlbench", "dashboard", "--no-publish", "--port", "0",
+                               "--config", str(quick_run["work"] / "asv.conf.json")],
+                              cwd=ROOT, env=quick_run["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/"
-        listing = _chromium(["--dump-dom", base], tmp_path / "profile")
+        announced = server.stdout.readline()
+        match = re.search(r"dashboard at (http://\S+)", announced)
+        assert match, (announced, server.stderr.read() if server.poll() is not None else "")
+        base = match.group(1)
+        listing = browser.dump_dom(base)
         graph_url = base + "#bench_e2e.ReplayLoop.track_env_steps_per_s"
-        graph = _chromium(["--dump-dom", graph_url], tmp_path / "profile")
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        shot = _chromium([f"--screenshot={SCREENSHOT}", "--window-size=1400,1000", graph_url], tmp_path / "profile")
+        graph = browser.dump_dom(graph_url)
+        shot = browser.screenshot(graph_url, SCREENSHOT, 1400, 1000)
     finally:
-        server.shutdown()
-        server.server_close()
-    assert "failed to load" not in listing.stdout, "the dashboard's scripts did not load"
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    assert "failed to load" not in listing.output, "the dashboard's scripts did not load"
+    assert not listing.errors and not graph.errors, listing.errors + graph.errors
     for suite in SUITES:
-        assert suite in listing.stdout, f"dashboard does not list {suite}"
-    assert "flot-base" in graph.stdout and "<canvas" in graph.stdout, "no graph drawn"
-    assert shot.returncode == 0 and SCREENSHOT.stat().st_size > 10_000, shot.stderr[-2000:]
+        assert suite in listing.output, f"dashboard does not list {suite}"
+    assert "flot-base" in graph.output and "<canvas" in graph.output, "no graph drawn"
+    assert not shot.errors and SCREENSHOT.stat().st_size > 10_000

@@ -20,12 +20,12 @@ from typing import Any, Callable, Iterable
 import click
 
 # -- the fixed, checked-in component lists (tests/test_suites.py fails if an in-repo one is missing) --
-TRANSPORTS = ("inproc", "shm", "tcp", "udp", "dpdk")
+TRANSPORTS = ("inproc", "shm", "tcp", "udp", "dpdk", "ray", "uds")
 REPLAYS = ("uniform", "prioritized", "fpga", "memmap", "gpu")
 COMPUTES = ("cpu", "fpga", "upmem", "gpu")
 ENVIRONMENTS = ("CartPole-v1", "CartPole-v0", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
                 "Pendulum-v1", "FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v3", "CliffWalking-v0", "Blackjack-v1",
-                "gpu/CartPole-v1", "gpu/Pendulum-v1")
+                "gpu/CartPole-v1", "gpu/Pendulum-v1", "chain")
 ALGORITHMS = ("dqn", "ddpg", "qlearning", "sarsa")
 COMPONENTS = {"transport": TRANSPORTS, "replay": REPLAYS, "compute": COMPUTES, "environment": ENVIRONMENTS,
               "algorithm": ALGORITHMS}

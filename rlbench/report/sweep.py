@@ -1,0 +1,579 @@
+"""Studies: a grid over components and hyperparameters x seeds, each cell one `rlbench.run` in a
+child process, every result in one folder that a rerun resumes.
+
+A study file is a run file (`rlbench.config`: the run's fields, `[hyperparameters]`, `[options]`)
+plus a `[sweep]` table, so `rlbench run --config` and `rlbench sweep` read the same format::
+
+    algo = "dqn"
+    env = "CartPole-v1"
+    steps = 10000
+    eval_episodes = 5
+
+    [hyperparameters]
+    learning_starts = 500
+
+    [sweep]
+    name = "replay-placement"        # the results folder's name (default: the file's stem)
+    seeds = 5                        # seeds 0..4, or a list: [0, 1, 2]
+    target_return = 150.0            # time-to-target: first time the mean return of the last
+    target_window = 10               #   `target_window` training episodes reaches the target
+    replay = ["prioritized", "uniform"]     # an axis over a run field,
+    placement = ["local", "server"]
+    "hp.learning_rate" = [1e-3, 3e-4]       # over a hyperparameter,
+    "options.dpus" = [16, 64]               # or over a plugin's run option (its flag, no dashes)
+
+Every combination of the axes runs once per seed. Seeds are the outer loop, so a study stopped
+half-way has every combination at its first seeds. The results folder holds::
+
+    study.toml              the study as run: `rlbench sweep OUT/study.toml` reruns (resumes) it
+    runs/<cell>.json        a cell's result (schema rlbench.result/1) with a "study" block
+    runs/<cell>.failed.json a cell that crashed or was refused, with the reason
+    runs/<cell>.log         what the cell's process printed
+
+A rerun skips every cell whose result is complete and was run with the same settings; it runs
+again the failed and interrupted ones. Each cell is a child process: a crash (even a segfault) is
+recorded as that cell's failure and the study goes on; Ctrl-C stops the running cell (its result
+is written, marked incomplete) and the study, and leaves every finished result as it was.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import math
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rlbench.config import FILE_FIELDS, RunConfig, parse_value, read_toml, run_fields, to_toml
+from rlbench.errors import RlbenchError, UnknownComponentError
+
+FAILURE_SCHEMA = "rlbench.sweep-failure/1"
+SWEEP_KEYS = ("name", "seeds", "target_return", "target_window")
+DEFAULT_SEEDS = 5
+DEFAULT_WINDOW = 10
+INCOMPLETE_EXIT = 3  # the child wrote a result marked incomplete
+
+
+# ---------------------------------------------------------------------------------------- the study
+@dataclass
+class Cell:
+    """One run of the study: a combination of the axes' values and a seed."""
+
+    combination: dict[str, Any]
+    seed: int
+    document: dict[str, Any]  # the run file of this cell
+
+    @property
+    def id(self) -> str:
+        parts = [f"{key}-{_slug(value)}" for key, value in self.combination.items()] + [f"seed-{self.seed}"]
+        return re.sub(r"[^A-Za-z0-9.=_-]+", "-", "_".join(parts))
+
+    @property
+    def label(self) -> str:
+        return " ".join([f"{key}={_show(value)}" for key, value in self.combination.items()] + [f"seed={self.seed}"])
+
+
+@dataclass
+class Study:
+    name: str
+    base: dict[str, Any]  # run-file document shared by every cell
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=lambda: list(range(DEFAULT_SEEDS)))
+    target_return: float | None = None
+    target_window: int = DEFAULT_WINDOW
+
+    def document(self) -> dict[str, Any]:
+        """The study file of this study (what `study.toml` holds)."""
+        sweep: dict[str, Any] = {"name": self.name, "seeds": list(self.seeds)}
+        if self.target_return is not None:
+            sweep["target_return"] = float(self.target_return)
+        sweep["target_window"] = self.target_window
+        sweep.update(self.axes)
+        return {**self.base, "sweep": sweep}
+
+    def cells(self) -> list[Cell]:
+        combinations = [dict(zip(self.axes, values)) for values in itertools.product(*self.axes.values())]
+        cells = [Cell(combination, seed, _apply(self.base, {**combination, "seed": seed}))
+                 for seed in self.seeds for combination in combinations]
+        ids: dict[str, Cell] = {}
+        for cell in cells:
+            if cell.id in ids:
+                raise RlbenchError(f"cells {ids[cell.id].label!r} and {cell.label!r} would share the file name "
+                                   f"{cell.id}.json: give the axis values distinct spellings")
+            ids[cell.id] = cell
+        return cells
+
+    def block(self, cell: Cell, concurrent: int) -> dict[str, Any]:
+        """The "study" block written into each cell's result."""
+        return {"name": self.name, "cell": cell.id, "combination": cell.combination, "seed": cell.seed,
+                "axes": list(self.axes), "target_return": self.target_return, "target_window": self.target_window,
+                "requested": cell.document, "concurrent_cells": concurrent}
+
+
+def _slug(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "x".join(_slug(v) for v in value)
+    return str(value).replace("/", "_")
+
+
+def _show(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _check_key(key: str, source: str) -> None:
+    """An axis or --set key: a run field, hp.NAME or options.FLAG (seeds have their own key)."""
+    if key == "seed":
+        raise RlbenchError(f"{source}: seeds are given by 'seeds' (a count or a list), not by an axis over 'seed'")
+    if key.startswith(("hp.", "options.")) and key.split(".", 1)[1]:
+        return
+    if key not in FILE_FIELDS:
+        known = [*FILE_FIELDS, "hp.<hyperparameter>", "options.<flag>"]
+        close = difflib.get_close_matches(key, [k for k in FILE_FIELDS if k != "seed"] + list(SWEEP_KEYS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+        raise RlbenchError(f"{source}: unknown key {key!r}{hint}")
+
+
+def _apply(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the run-file document `base` with `values` (keys: field, hp.NAME, options.FLAG) set."""
+    document = json.loads(json.dumps(base))
+    for key, value in values.items():
+        if key.startswith("hp."):
+            document.setdefault("hyperparameters", {})[key[3:]] = value
+        elif key.startswith("options."):
+            document.setdefault("options", {})[key[8:]] = value
+        else:
+            document[key] = value
+    return document
+
+
+def _seeds(value: Any, source: str) -> list[int]:
+    if isinstance(value, bool) or not isinstance(value, (int, list)):
+        raise RlbenchError(f"{source}: seeds is a count or a list of integers, got {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise RlbenchError(f"{source}: seeds must be at least 1, got {value}")
+        return list(range(value))
+    if not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise RlbenchError(f"{source}: seeds is a count or a non-empty list of integers, got {value!r}")
+    if len(set(value)) != len(value):
+        raise RlbenchError(f"{source}: seeds repeat: {value}")
+    return list(value)
+
+
+def parse_grid(items: tuple[str, ...] | list[str]) -> dict[str, list[Any]]:
+    """`--grid KEY=V1,V2` (values separated by ';' instead when a value is itself a list: 64,64;128,128)."""
+    axes: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip() or not raw.strip():
+            raise RlbenchError(f"--grid {item!r} is not KEY=VALUE,VALUE...")
+        parts = raw.split(";") if ";" in raw else raw.split(",")
+        axes[key.strip()] = [parse_value(part.strip()) for part in parts if part.strip()]
+    return axes
+
+
+def parse_sets(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE`: a field of every cell (KEY as in the grid)."""
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise RlbenchError(f"--set {item!r} is not KEY=VALUE")
+        values[key.strip()] = parse_value(raw.strip())
+    return values
+
+
+def load_study(path: str | None = None, *, sets: dict[str, Any] | None = None,
+               grid: dict[str, list[Any]] | None = None, seeds: Any = None, name: str | None = None,
+               target_return: float | None = None, target_window: int | None = None) -> Study:
+    """A study from a study file (or none) and command-line additions, which win over the file."""
+    source = path or "the command line"
+    document = read_toml(path) if path else {}
+    table = document.pop("sweep", {})
+    if not isinstance(table, dict):
+        raise RlbenchError(f"{source}: [sweep] must be a table")
+    run_fields(document, source=source)  # unknown top-level keys are refused here, with the close match
+    for key, value in (sets or {}).items():
+        _check_key(key, "--set")
+        document = _apply(document, {key: value})
+    axes: dict[str, list[Any]] = {}
+    for key, values in {**{k: v for k, v in table.items() if k not in SWEEP_KEYS}, **(grid or {})}.items():
+        _check_key(key, source if key in table else "--grid")
+        if not isinstance(values, list) or not values:
+            raise RlbenchError(f"{source}: axis {key!r} takes a non-empty list of values, got {values!r}")
+        axes[key] = values  # an axis overrides the base value of its key
+    if seeds is None:
+        seeds = table.get("seeds", DEFAULT_SEEDS)
+    target = target_return if target_return is not None else table.get("target_return")
+    window = target_window if target_window is not None else table.get("target_window", DEFAULT_WINDOW)
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))):
+        raise RlbenchError(f"{source}: target_return is a number, got {target!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise RlbenchError(f"{source}: target_window is a positive integer, got {window!r}")
+    study_name = name or table.get("name") or (Path(path).stem if path else _derived_name(document, axes))
+    if not isinstance(study_name, str) or not study_name.strip():
+        raise RlbenchError(f"{source}: name is a non-empty string, got {study_name!r}")
+    return Study(name=study_name, base=document, axes=axes, seeds=_seeds(seeds, source),
+                 target_return=None if target is None else float(target), target_window=window)
+
+
+def _derived_name(document: dict[str, Any], axes: dict[str, list[Any]]) -> str:
+    """A stable name for a study given on the command line, so the same command resumes it."""
+    parts = [str(document.get("algo", RunConfig.algo)), str(document.get("env", RunConfig.env))]
+    parts += [key.replace("hp.", "").replace("options.", "") for key in axes] or ["seeds"]
+    return "-".join(parts).replace("/", "_")
+
+
+def run_config(document: dict[str, Any], registry: Any, *, source: str = "study") -> RunConfig:
+    """The RunConfig of a run-file document; plugin options go from flag names to their component."""
+    from rlbench.validate import options_from_flags
+
+    fields = run_fields(document, source=source)
+    flags = fields.pop("options", {})
+    config = RunConfig(**fields)
+    config.options = options_from_flags(flags, config, registry)
+    return config
+
+
+def refusal(cell: Cell, registry: Any) -> str | None:
+    """Why the runner would refuse this cell before starting (None: it would start). A misspelt
+    component name raises instead: it is a mistake in the study, not a finding."""
+    from rlbench.runner import check
+
+    try:
+        check(run_config(cell.document, registry), registry)
+    except UnknownComponentError:
+        raise
+    except RlbenchError as exc:
+        return str(exc)
+    except (TypeError, ValueError) as exc:  # a wrongly typed field in the study file
+        return f"invalid setting: {exc}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ the outcome
+@dataclass
+class CellOutcome:
+    cell: Cell
+    status: str  # complete | skipped (finished before) | incomplete | failed | refused
+    reason: str | None = None
+    seconds: float = 0.0
+    summary: str = ""
+
+
+@dataclass
+class StudyOutcome:
+    study: Study
+    folder: Path
+    outcomes: list[CellOutcome]
+    interrupted: bool = False
+
+    def count(self, status: str) -> int:
+        return sum(1 for o in self.outcomes if o.status == status)
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(o.status in ("complete", "skipped") for o in self.outcomes)
+
+
+def _result_path(folder: Path, cell: Cell) -> Path:
+    return folder / "runs" / f"{cell.id}.json"
+
+
+def _failure_path(folder: Path, cell: Cell) -> Path:
+    return folder / "runs" / f"{cell.id}.failed.json"
+
+
+def _finished(folder: Path, cell: Cell) -> bool:
+    """A complete result of this cell with the same settings is there; a result with other settings
+    stops the study (its folder belongs to a different study)."""
+    path = _result_path(folder, cell)
+    if not path.exists():
+        return False
+    try:
+        data = json.loads(path.read_text())
+        requested = data["study"]["requested"]
+        status = data["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # unreadable or cut short: run it again
+    if requested != cell.document:
+        changed = sorted(k for k in set(requested) | set(cell.document) if requested.get(k) != cell.document.get(k))
+        raise RlbenchError(f"{path} was run with other settings ({', '.join(changed)} differ): this folder holds "
+                           f"another study; choose another --out, or delete the folder to start over")
+    return status == "complete"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from rlbench.results import _clean
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_clean(data), indent=2))
+    os.replace(tmp, path)
+
+
+def _record_failure(folder: Path, study: Study, cell: Cell, reason: str, exit_code: int | None,
+                    concurrent: int) -> None:
+    _write_json(_failure_path(folder, cell), {
+        "schema": FAILURE_SCHEMA, "study": study.block(cell, concurrent), "reason": reason, "exit_code": exit_code,
+        "log": f"runs/{cell.id}.log", "finished_unix": time.time()})
+
+
+def _one_line_summary(result: dict[str, Any]) -> str:
+    throughput = result.get("throughput") or {}
+    evaluation = result.get("evaluation") or {}
+    parts = [f"{throughput.get('env_steps_per_s') or 0:,.0f} env steps/s"]
+    if evaluation.get("mean_return") is not None:
+        parts.append(f"greedy return {evaluation['mean_return']:.1f}")
+    return ", ".join(parts)
+
+
+def _failure_reason(log: Path, exit_code: int) -> str:
+    """The last line the cell printed that says what went wrong, else how it ended."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"the cell's process was killed by {name}" + (f" after: {lines[-1]}" if lines else "")
+    for line in reversed(lines):
+        if line.startswith("error: ") or re.match(r"^[A-Za-z_.]+(Error|Exception|Interrupt)\b", line):
+            return line.removeprefix("error: ")
+    return f"exit code {exit_code}" + (f": {lines[-1]}" if lines else "")
+
+
+# -------------------------------------------------------------------------------------- running
+@dataclass
+class _Child:
+    cell: Cell
+    process: subprocess.Popen
+    log: Any
+    started: float
+    step: int = 0
+    total: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.step / self.total) if self.total else 0.0
+
+
+class _Bar:
+    """The study's progress on stderr: one redrawn line on a terminal; finished cells as lines."""
+
+    def __init__(self, total: int, done: int, echo: Callable[[str], None]) -> None:
+        self.total, self.done, self.echo = total, done, echo
+        self.to_run = total - done
+        self.finished_now = 0
+        self.t0 = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+
+    def line(self, text: str) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        self.echo(text)
+
+    def draw(self, running: list[_Child]) -> None:
+        if not self.tty:
+            return
+        fraction = (self.finished_now + sum(c.fraction for c in running)) / max(1, self.to_run)
+        elapsed = time.perf_counter() - self.t0
+        eta = elapsed / fraction * (1 - fraction) if fraction > 0.01 else math.nan
+        now = "; ".join(f"{c.cell.label} " + (f"{c.step:,}/{c.total:,} steps" if c.total else "starting")
+                        for c in running)
+        bar = "#" * int(fraction * 24)
+        text = (f"\r\033[K[{bar:<24}] {self.done}/{self.total} cells  {_clock(elapsed)} elapsed"
+                f"{'  ' + _clock(eta) + ' left' if math.isfinite(eta) else ''}  {now}")
+        sys.stderr.write(text[:220])
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def run_study(study: Study, folder: str | Path, *, parallel: int = 1, registry: Any = None,
+              echo: Callable[[str], None] = print) -> StudyOutcome:
+    """Run every cell not finished before, `parallel` at a time, each in its own process."""
+    from rlbench.plugins import get_registry
+
+    if parallel < 1:
+        raise RlbenchError(f"--parallel must be at least 1, got {parallel}")
+    registry = registry or get_registry()
+    folder = Path(folder)
+    cells = study.cells()
+    refused = {cell.id: refusal(cell, registry) for cell in cells}
+    if all(refused.values()):
+        raise RlbenchError(f"no cell of study {study.name!r} can run: {next(iter(refused.values()))}")
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    finished = {cell.id for cell in cells if _finished(folder, cell)}
+    (folder / "study.toml").write_text(f"# rlbench study; rerun (resume) with: rlbench sweep {folder / 'study.toml'}\n"
+                                       + to_toml(study.document()))
+    outcomes: dict[str, CellOutcome] = {}
+    pending: list[Cell] = []
+    for cell in cells:
+        if cell.id in finished:
+            outcomes[cell.id] = CellOutcome(cell, "skipped", "finished before")
+        elif refused[cell.id]:
+            outcomes[cell.id] = CellOutcome(cell, "refused", refused[cell.id])
+            _record_failure(folder, study, cell, refused[cell.id], None, parallel)
+        else:
+            pending.append(cell)
+    bar = _Bar(len(cells), len(outcomes), echo)
+    if finished:
+        bar.line(f"{len(finished)} of {len(cells)} cells finished before: skipped")
+    for cell in cells:
+        if outcomes.get(cell.id, CellOutcome(cell, "")).status == "refused":
+            bar.line(f"[{cell.label}] refused: {refused[cell.id]}")
+
+    interrupts = 0
+    running: list[_Child] = []
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        # The child runs in its own session (so the terminal's Ctrl-C reaches it once, from here):
+        # the first signal asks it to stop and write its result, a second interrupts it at once.
+        for child in running:
+            try:
+                os.killpg(child.process.pid, signal.SIGKILL if interrupts >= 3 else signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    previous = signal.signal(signal.SIGINT, on_interrupt) if _main_thread() else None
+    selector = selectors.DefaultSelector()
+    try:
+        while (pending and not interrupts) or running:
+            while pending and not interrupts and len(running) < parallel:
+                child = _start(study, pending.pop(0), folder, parallel)
+                running.append(child)
+                selector.register(child.process.stdout, selectors.EVENT_READ, child)
+            for key, _ in selector.select(timeout=0.5):
+                child = key.data
+                line = child.process.stdout.readline()
+                if line:
+                    step, _, total = line.strip().partition(" ")
+                    if step.isdigit() and total.isdigit():
+                        child.step, child.total = int(step), int(total)
+                else:
+                    selector.unregister(child.process.stdout)
+            for child in [c for c in running if c.process.poll() is not None]:
+                if child.process.stdout in [k.fileobj for k in selector.get_map().values()]:
+                    selector.unregister(child.process.stdout)
+                running.remove(child)
+                outcome = _finish(study, child, folder, parallel)
+                outcomes[child.cell.id] = outcome
+                bar.done += 1
+                bar.finished_now += 1
+                text = f"[{bar.done}/{bar.total}] {child.cell.label}: {outcome.status} in {outcome.seconds:.1f} s"
+                bar.line(text + (f", {outcome.summary}" if outcome.summary else "")
+                         + (f" ({outcome.reason})" if outcome.reason else ""))
+            bar.draw(running)
+    finally:
+        selector.close()
+        bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    ordered = [outcomes[cell.id] for cell in cells if cell.id in outcomes]
+    return StudyOutcome(study, folder, ordered, interrupted=interrupts > 0)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _start(study: Study, cell: Cell, folder: Path, concurrent: int) -> _Child:
+    spec = {"document": cell.document, "study": study.block(cell, concurrent),
+            "result": str(_result_path(folder, cell))}
+    log = open(folder / "runs" / f"{cell.id}.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "rlbench.report.sweep", json.dumps(spec)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
+                               bufsize=1, start_new_session=True)
+    return _Child(cell, process, log, time.perf_counter())
+
+
+def _finish(study: Study, child: _Child, folder: Path, concurrent: int) -> CellOutcome:
+    child.process.wait()
+    child.process.stdout.close()
+    child.log.close()
+    code = child.process.returncode
+    seconds = time.perf_counter() - child.started
+    cell = child.cell
+    result = None
+    if code in (0, INCOMPLETE_EXIT):
+        try:
+            result = json.loads(_result_path(folder, cell).read_text())
+        except (OSError, ValueError):
+            result = None
+    if result is not None and result.get("status") == "complete":
+        _failure_path(folder, cell).unlink(missing_ok=True)
+        return CellOutcome(cell, "complete", None, seconds, _one_line_summary(result))
+    if result is not None:
+        return CellOutcome(cell, "incomplete", result.get("status_reason") or "incomplete", seconds)
+    reason = _failure_reason(folder / "runs" / f"{cell.id}.log", code)
+    _record_failure(folder, study, cell, reason, code, concurrent)
+    return CellOutcome(cell, "failed", reason, seconds)
+
+
+# ------------------------------------------------------------------------------- the cell process
+def _set_parent_death_signal() -> None:
+    """Linux: if the study's process dies, this cell is asked to stop (as by Ctrl-C)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _cell_main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    progress_out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything else the run prints goes to the cell's log, not into the progress pipe
+    _set_parent_death_signal()
+    import rlbench
+    from rlbench.results import write
+
+    last = [0.0]
+
+    def progress(step: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= 0.2 or step >= total:
+            last[0] = now
+            try:
+                progress_out.write(f"{int(step)} {int(total)}\n")
+            except (BrokenPipeError, ValueError):
+                pass
+
+    try:
+        config = run_config(spec["document"], rlbench.get_registry())
+        result = rlbench.run(config, progress=progress)
+    except RlbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result["study"] = spec["study"]
+    write(result, spec["result"])
+    return 0 if result["status"] == "complete" else INCOMPLETE_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(_cell_main(sys.argv[1:]))
