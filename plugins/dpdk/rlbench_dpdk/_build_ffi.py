@@ -15,7 +15,8 @@ def _declarations() -> str:
         text = f.read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    return "\n".join(lines) + "\n#define RLB_STATS_N 14\n"
+    stats_n = re.search(r"^#define RLB_STATS_N (\d+)$", text, flags=re.M).group(1)
+    return "\n".join(lines) + f"\n#define RLB_STATS_N {stats_n}\n"
 
 
 ffibuilder = FFI()

@@ -6,6 +6,8 @@
 2. INSERT throughput (32 CartPole transitions per INSERT, as actors send them), DPDK vs kernel.
 3. Prioritized sampling seen by the learner, over DPDK: `server` (SAMPLE request, wait) vs
    `in-network` (the node pushes batches ahead on credit), with the same emulated learner step.
+4. memif MTU 1500 vs 9000: echo round trips and one-way throughput of 4..64 KB messages against a
+   listener in its own process, the MTUs taking turns, frames per message counted by the shim.
 The paper's ranges are printed beside the reductions; they come from a 40GbE NIC, ours from memif
 (or the port given), so they are context, not a target.
 """
@@ -13,6 +15,7 @@ The paper's ranges are printed beside the reductions; they come from a 40GbE NIC
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import time
 from typing import Any, Iterator
 
@@ -118,6 +121,123 @@ def _learner(node: Any, placement: str, seconds: float) -> dict[str, Any]:
     return {"placement": placement, "batches": len(waits), "sample_wait_p50_us": p50, "sample_wait_p99_us": p99}
 
 
+def mtu_node(addresses: Any, mtu: int) -> None:
+    """A memif listener with this MTU, in its own process: echoes b"E..." messages, swallows b"S...",
+    answers b"C" with the bytes swallowed since the last b"C" (u64), and stops at anything else."""
+    from rlbench_dpdk.transport import DpdkTransport
+
+    listener = DpdkTransport("memif", mtu=mtu).listen()
+    addresses.put(listener.address)
+    swallowed = 0
+    try:
+        while (got := listener.recv(timeout=60.0)) is not None:
+            peer, message = got
+            op = bytes(message[:1])
+            if op == b"E":
+                listener.send(peer, message)
+            elif op == b"S":
+                swallowed += message.nbytes
+            elif op == b"C":
+                listener.send(peer, swallowed.to_bytes(8, "little"))
+                swallowed = 0
+            else:
+                return
+    finally:
+        listener.close()
+
+
+def _mtu_slice(connection: Any, size: int, requests: int, seconds: float) -> tuple[list[int], int, float, int]:
+    """One turn of one MTU: `requests` echo round trips of `size`-byte messages (ns each), then
+    `seconds` of one-way messages confirmed whole. Returns (round trips, bytes streamed, seconds
+    taken, data frames the round trips' messages took)."""
+    from rlbench.errors import RlbenchError
+
+    clock = time.perf_counter_ns
+    echo = b"E" + bytes(size - 1)
+    frames_before = connection.stats["frames_sent"]
+    samples = []
+    for _ in range(requests):
+        started = clock()
+        connection.request(echo, timeout=10.0)
+        samples.append(clock() - started)
+    frames = connection.stats["frames_sent"] - frames_before
+    stream = b"S" + bytes(size - 1)
+    sent, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        connection.send(stream)
+        sent += size
+    received = int.from_bytes(connection.request(b"C", timeout=30.0), "little")
+    elapsed = time.perf_counter() - started
+    if received != sent:
+        raise RlbenchError(f"dpdk MTU benchmark: {sent} B sent, {received} B arrived")
+    return samples, sent, elapsed, frames
+
+
+def run_mtu_comparison(mtus: tuple[int, ...], sizes: tuple[int, ...], requests: int, turns: int = 40,
+                       seconds: float = 0.025) -> dict[str, Any]:
+    """Each MTU's listener in its own process and a connection of the same MTU here. The MTUs take
+    turns many times (each turn: requests/turns round trips and `seconds` of streaming), so that a
+    busy machine's swings (a ping-pong is ~5 us with a core each, ~25 us sharing one) fall on every
+    MTU alike; round trips are pooled over the turns, throughput is all bytes over all time."""
+    from rlbench_dpdk.transport import DpdkTransport
+
+    context = multiprocessing.get_context("spawn")
+    nodes, connections = [], {}
+    per_turn = max(1, requests // turns)
+    try:
+        for mtu in mtus:
+            addresses = context.Queue()
+            process = context.Process(target=mtu_node, args=(addresses, mtu), daemon=True)
+            process.start()
+            nodes.append(process)
+            connections[mtu] = DpdkTransport("memif", mtu=mtu).connect(addresses.get(timeout=60), timeout=10.0)
+        cases = []
+        for size in sizes:
+            for mtu in mtus:  # warm-up
+                _mtu_slice(connections[mtu], size, per_turn, seconds)
+            samples: dict[int, list[int]] = {mtu: [] for mtu in mtus}
+            streamed = dict.fromkeys(mtus, 0)
+            taken = dict.fromkeys(mtus, 0.0)
+            frames = dict.fromkeys(mtus, 0)
+            for _ in range(turns):
+                for mtu in mtus:
+                    turn_samples, sent, elapsed, turn_frames = _mtu_slice(connections[mtu], size, per_turn, seconds)
+                    samples[mtu] += turn_samples
+                    streamed[mtu] += sent
+                    taken[mtu] += elapsed
+                    frames[mtu] += turn_frames
+            for mtu in mtus:
+                p50, p99 = _percentiles(samples[mtu])
+                cases.append({"mtu": mtu, "size": size, "p50_us": p50, "p99_us": p99,
+                              "mb_per_s": streamed[mtu] / taken[mtu] / 1e6,
+                              "frames_per_message": frames[mtu] / len(samples[mtu])})
+        return {"mtus": list(mtus), "turns": turns, "requests": per_turn * turns, "cases": cases}
+    finally:
+        for connection in connections.values():
+            connection.send(b"Q")
+            connection.close()
+        for process in nodes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
+def _format_mtu(comparison: dict[str, Any]) -> list[str]:
+    baseline_mtu = comparison["mtus"][0]
+    lines = [f"memif MTU: echo round trips and one-way throughput, {comparison['requests']} round trips per case in "
+             f"{comparison['turns']} turns, the MTUs alternating; frames per message counted by the shim",
+             f"{'size B':>8}{'MTU':>6}{'frames/msg':>12}{'p50 us':>10}{'p99 us':>10}{'MB/s':>10}"]
+    baseline = {case["size"]: case for case in comparison["cases"] if case["mtu"] == baseline_mtu}
+    for case in comparison["cases"]:
+        base = baseline[case["size"]]
+        note = "" if case["mtu"] == baseline_mtu else (
+            f"   p50 {_reduction(case['p50_us'], base['p50_us']):5.1f} % lower, throughput "
+            f"{case['mb_per_s'] / base['mb_per_s']:.2f}x vs MTU {baseline_mtu}")
+        lines.append(f"{case['size']:>8}{case['mtu']:>6}{case['frames_per_message']:>12.1f}{case['p50_us']:>10.1f}"
+                     f"{case['p99_us']:>10.1f}{case['mb_per_s']:>10.0f}{note}")
+    return lines
+
+
 def _reduction(ours: float, baseline: float) -> float:
     return 100.0 * (1.0 - ours / baseline) if baseline > 0 else float("nan")
 
@@ -208,6 +328,8 @@ def format_table(results: dict[str, Any]) -> str:
                      f"{_reduction(near['sample_wait_p50_us'], server['sample_wait_p50_us']):.1f} % "
                      f"(paper: {PAPER_IN_NETWORK_SAMPLING[0]}..{PAPER_IN_NETWORK_SAMPLING[1]} % sampling communication, "
                      f"{PAPER_IN_NETWORK_ACCESS[0]}..{PAPER_IN_NETWORK_ACCESS[1]} % replay access)")
+    if "mtu" in results:
+        lines += _format_mtu(results["mtu"])
     if "veth" in results:
         lines += _format_veth(results["veth"])
     for name, reason in results["unavailable"].items():

@@ -35,19 +35,31 @@ def doctor(eal_args: str) -> None:
 @click.option("--placement-seconds", default=4.0, show_default=True, type=click.FloatRange(min=0.5),
               help="learner sampling time per placement (0 placement comparison: --no-placement)")
 @click.option("--no-placement", is_flag=True, help="skip the server vs in-network comparison")
+@click.option("--mtus", default="1500,9000", show_default=True, callback=parse_sizes,
+              help="memif MTUs to compare (echo round trips and throughput of --mtu-sizes messages)")
+@click.option("--mtu-sizes", default="4096,16384,65536", show_default=True, callback=parse_sizes,
+              help="message bytes of the MTU comparison")
+@click.option("--no-mtu", is_flag=True, help="skip the memif MTU comparison")
 @click.option("--veth", is_flag=True, help="also: af_packet and af_xdp vs kernel UDP over a veth pair "
               "between two network namespaces (root)")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def bench_command(sizes: tuple[int, ...], requests: int, transports: tuple[str, ...], dpdk_port: str,
-                  placement_seconds: float, no_placement: bool, veth: bool, as_json: bool) -> None:
+                  placement_seconds: float, no_placement: bool, mtus: tuple[int, ...], mtu_sizes: tuple[int, ...],
+                  no_mtu: bool, veth: bool, as_json: bool) -> None:
     """The DPDK paper's table: replay access latency over kernel UDP/TCP vs DPDK, and prioritized
-    sampling under server vs in-network placement, with reductions next to the paper's ranges."""
+    sampling under server vs in-network placement, with reductions next to the paper's ranges; then
+    what memif's MTU changes for 4..64 KB messages."""
     from rlbench.errors import RlbenchError
-    from rlbench_dpdk.bench import format_table, run_reproduction
+    from rlbench_dpdk.bench import format_table, run_mtu_comparison, run_reproduction
+    from rlbench_dpdk.transport import DpdkTransport
 
     try:
+        for mtu in () if no_mtu else mtus:
+            DpdkTransport(mtu=mtu)  # refuses an MTU out of range before anything runs
         results = run_reproduction(list(transports), sizes, requests, dpdk_port,
                                    None if no_placement else placement_seconds)
+        if not no_mtu:
+            results["mtu"] = run_mtu_comparison(mtus, mtu_sizes, min(requests, 1000))
         if veth:
             from rlbench_dpdk.bench import run_veth
 

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from rlbench_dpdk import native
+from rlbench_dpdk.capabilities import DEFAULT_MTU, FRAME_ROOM_BYTES, MEMIF_MTU_RANGE
 
 _DPDK_DRIVERS = ("vfio-pci", "uio_pci_generic", "igb_uio")
 
@@ -48,34 +49,55 @@ def fingerprint() -> dict[str, Any]:
     }
 
 
-def _memif_loopback(eal_args: str) -> dict[str, Any]:
-    """Start the EAL here and pass one message through a memif listener and a client."""
+PROBE_MESSAGE_BYTES = 65536
+
+
+def _memif_loopback(eal_args: str, mtu: int = DEFAULT_MTU) -> dict[str, Any]:
+    """Start the EAL here, pass a 64 KiB message through a memif listener and a client, and count the
+    frames it took (the shim's own counters)."""
     from rlbench_dpdk.transport import DpdkTransport
 
-    transport = DpdkTransport("memif", eal_args)
+    transport = DpdkTransport("memif", eal_args, mtu=mtu)
     listener = transport.listen()
     try:
         connection = transport.connect(listener.address, timeout=5.0)
         try:
-            connection.send(b"doctor")
+            message = bytes(range(256)) * (PROBE_MESSAGE_BYTES // 256)
+            before = connection.stats["frames_sent"]
+            connection.send(message)
             got = listener.recv(timeout=5.0)
-            ok = got is not None and bytes(got[1]) == b"doctor"
+            frames = connection.stats["frames_sent"] - before
+            ok = got is not None and bytes(got[1]) == message
             info = port_info(connection._port)
         finally:
             connection.close()
     finally:
         listener.close()
-    return {"message_through_memif": ok, **info}
+    return {"message_through_memif": ok, **info, "probe_message_bytes": PROBE_MESSAGE_BYTES,
+            "probe_frames": frames, "bytes_per_frame": round(PROBE_MESSAGE_BYTES / frames) if frames else 0}
 
 
 def port_info(port: int) -> dict[str, Any]:
     ffi, lib = native.library()
     driver = ffi.new("char[]", 64)
-    mtu, payload, up = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int *")
-    if lib.rlb_port_info(port, driver, 64, mtu, payload, up) < 0:
+    mtu, payload, up, device_mtu = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int *"), ffi.new("uint32_t *")
+    if lib.rlb_port_info(port, driver, 64, mtu, payload, up, device_mtu) < 0:
         return {}
     return {"driver": ffi.string(driver).decode(), "mtu": int(mtu[0]), "frame_payload_bytes": int(payload[0]),
-            "link_up": bool(up[0])}
+            "device_mtu": int(device_mtu[0]), "link_up": bool(up[0])}
+
+
+def _mtu_finding(result: dict[str, Any]) -> str:
+    """What MTU memif runs with, measured: the frames a 64 KiB message took."""
+    mtu, device_mtu = result["mtu"], result["device_mtu"]
+    asked = "as configured" if mtu == DEFAULT_MTU else f"not the {DEFAULT_MTU} configured"
+    return (f"{mtu} ({asked}): frames of up to {mtu + 14} B, {result['frame_payload_bytes']} B of message each; "
+            f"measured: a {result['probe_message_bytes']} B message took {result['probe_frames']} frames "
+            f"({result['bytes_per_frame']} B per frame). DPDK reports MTU {device_mtu} for the port: the memif PMD "
+            f"has no MTU of its own (rte_eth_dev_set_mtu: not supported) and carries any frame its ring buffers "
+            f"hold; rlbench sizes them to one frame (bsize {FRAME_ROOM_BYTES}), so the MTU is rlbench's to choose, "
+            f"{MEMIF_MTU_RANGE[0]}..{MEMIF_MTU_RANGE[1]} (--dpdk-mtu). af_packet/af_xdp/NIC ports keep their "
+            "interface's MTU")
 
 
 def report(eal_args: str = "") -> list[tuple[str, str]]:
@@ -92,7 +114,11 @@ def report(eal_args: str = "") -> list[tuple[str, str]]:
     if probe.available:
         try:
             result = _memif_loopback(eal_args)
-            lines.append(("memif", f"works: {result}"))
+            ok = result["message_through_memif"]
+            lines.append(("memif", f"{'works' if ok else 'FAILED'}: a {result['probe_message_bytes']} B message "
+                          f"{'arrived whole' if ok else 'did not arrive whole'} (driver {result.get('driver')}, link up "
+                          f"{result.get('link_up')})"))
+            lines.append(("memif MTU", _mtu_finding(result)))
         except Exception as exc:  # the doctor reports every failure instead of stopping
             lines.append(("memif", f"FAILED: {type(exc).__name__}: {exc}"))
     interfaces = _interfaces()

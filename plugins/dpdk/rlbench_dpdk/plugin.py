@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rlbench.hookspecs import hookimpl
+from rlbench_dpdk.capabilities import CAPABILITIES, DEFAULT_MTU, MEMIF_MTU_RANGE
 
 
 @hookimpl
 def rlbench_register_transports(register: Any) -> None:
-    from rlbench_dpdk.transport import CAPABILITIES
-
     register("dpdk", "rlbench_dpdk.transport:DpdkTransport", probe="rlbench_dpdk.native:probe",
              capabilities=CAPABILITIES,
              description="DPDK kernel bypass (memif between processes; af_packet/af_xdp/NIC ports), "
@@ -23,6 +22,9 @@ def rlbench_register_run_options(option: Any) -> None:
            help="DPDK port: memif | af_packet:IFACE | af_xdp:IFACE | PCI address")
     option("transport", "dpdk", "--dpdk-eal-args", "eal_args", default="",
            help="extra DPDK EAL arguments, quoted (they win over rlbench's defaults)")
+    option("transport", "dpdk", "--dpdk-mtu", "mtu", type=int, default=DEFAULT_MTU,
+           help=f"largest IP packet on memif ports ({MEMIF_MTU_RANGE[0]}..{MEMIF_MTU_RANGE[1]}); "
+                "wire ports keep their interface's MTU")
 
 
 @hookimpl

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from rlbench.errors import RlbenchError
+from rlbench_dpdk.capabilities import FRAME_ROOM_BYTES
 from rlbench_dpdk.native import PCI_ADDRESS
 
 KINDS = ("memif", "af_packet", "af_xdp")
@@ -74,7 +75,13 @@ def _interface_mtu(iface: str) -> int:
 
 
 def memif_devargs(role: str, interface_id: int, socket_name: str) -> str:
-    """A memif interface on an abstract Unix socket (nothing left on disk, even after a crash)."""
+    """A memif interface on an abstract Unix socket (nothing left on disk, even after a crash).
+
+    Every ring buffer holds the largest frame the shim builds (bsize): in DPDK 22.11 the memif PMD's
+    copying transmit never clears the chain flag of a packet's first descriptor, so once a frame has
+    spanned several descriptors, a later one-descriptor frame in that slot reads as chained and the
+    receiver runs past what was published (truncated and merged frames, seen with 9000-byte frames in
+    2048-byte buffers). 512 descriptors (rsize) hold four windows of frames: 9.4 MB shared per interface."""
     unique = f"{os.getpid()}_{next(_names)}"
     return (f"net_memif_{unique},role={role},id={interface_id},socket=/rlbench-dpdk/{socket_name}.sock,"
-            "socket-abstract=yes")
+            f"socket-abstract=yes,bsize={FRAME_ROOM_BYTES},rsize=9")

@@ -1,10 +1,15 @@
-"""Helpers the plugin's tests run in spawned processes (they must be importable by module name)."""
+"""Helpers the plugin's tests run in spawned processes (they must be importable by module name), and
+a raw memif peer for tests of what a buggy or hostile process can send a listener."""
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any
 
-from rlbench_dpdk.transport import DpdkTransport
+from rlbench_dpdk.native import DpdkError, ensure_eal, error_text, library
+from rlbench_dpdk.ports import memif_devargs
+from rlbench_dpdk.transport import DpdkTransport, ask_for_interface, parse_address
 
 
 def echo_node(addresses: Any, results: Any, peers: int, port: str = "memif") -> None:
@@ -27,3 +32,71 @@ def echo_node(addresses: Any, results: Any, peers: int, port: str = "memif") -> 
         results.put(listener.stats)
     finally:
         listener.close()
+
+
+class RawMemifPeer:
+    """A memif interface to a listener, asked for like any peer's, that carries no link of the shim:
+    the test writes every frame itself (the shim's own header layout, any field a lie) and reads
+    whatever the listener sends back. `conn` and `token` are what an honest peer would put in its
+    headers."""
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        self._ffi, self._lib = library()
+        ensure_eal()
+        _, name = parse_address(address)
+        interface, self.token = ask_for_interface(name, address, timeout)
+        self.conn = secrets.randbits(32) | 1
+        self.port = self._lib.rlb_port_open(memif_devargs("client", interface, name).encode(), 0)
+        if self.port < 0:
+            raise DpdkError(f"raw memif peer: {error_text(self._ffi, self._lib)}")
+        self._buffer = self._ffi.new("uint8_t[]", 16384)
+        self._kind, self._reason = self._ffi.new("int *"), self._ffi.new("int *")
+        deadline = time.monotonic() + timeout
+        while not self.link_up():
+            if time.monotonic() > deadline:
+                self.close()
+                raise DpdkError(f"raw memif peer: the link to {address} did not come up")
+            time.sleep(0.001)
+        self.receive()  # the first rx burst gives the listener room to answer (see rlb_connect)
+
+    def link_up(self) -> bool:
+        ffi = self._ffi
+        driver, up = ffi.new("char[]", 64), ffi.new("int *")
+        numbers = [ffi.new("uint32_t *") for _ in range(3)]
+        return self._lib.rlb_port_info(self.port, driver, 64, numbers[0], numbers[1], up, numbers[2]) == 0 and bool(up[0])
+
+    def frame(self, kind: int, *, flags: int | None = None, conn: int | None = None, token: int | None = None,
+              fseq: int = 0, ack: int = 0, msg_len: int = 0, offset: int = 0, frag_len: int | None = None,
+              payload: bytes = b"") -> bytes:
+        """One frame, honest unless a field says otherwise: to the listener, from this peer's
+        connection, `frag_len` (what the header claims) defaulting to the payload's length."""
+        lib = self._lib
+        flags = lib.F_TO_LISTENER if flags is None else flags
+        n = lib.rlb_raw_frame(self.port, kind, flags, self.conn if conn is None else conn,
+                              self.token if token is None else token, fseq, ack, msg_len, offset,
+                              len(payload) if frag_len is None else frag_len, payload, len(payload),
+                              self._buffer, len(self._buffer))
+        if n < 0:
+            raise DpdkError(f"raw memif peer: {error_text(self._ffi, lib)}")
+        return bytes(self._ffi.buffer(self._buffer, n))
+
+    def send(self, frame: bytes, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while (sent := self._lib.rlb_raw_send(self.port, frame, len(frame))) == 0:
+            self.receive()
+            if time.monotonic() > deadline:
+                raise DpdkError("raw memif peer: the transmit ring stayed full")
+        if sent < 0:
+            raise DpdkError(f"raw memif peer: {error_text(self._ffi, self._lib)}")
+
+    def receive(self) -> list[tuple[int, int]]:
+        """(kind, reason) of every frame that arrived since the last call; kind -1: not the shim's."""
+        got = []
+        while self._lib.rlb_raw_recv(self.port, self._buffer, len(self._buffer), self._kind, self._reason) > 0:
+            got.append((self._kind[0], self._reason[0]))
+        return got
+
+    def close(self) -> None:
+        if self.port >= 0:
+            self._lib.rlb_port_close(self.port)
+            self.port = -1

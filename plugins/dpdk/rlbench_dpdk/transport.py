@@ -10,6 +10,9 @@ Addresses:
 
 Every call into C is coarse: a whole message per send, send + wait for the reply in one request.
 Waits longer than a second are cut into one-second C calls so that signals still reach Python.
+
+`max_message_bytes` bounds what either side sends (MessageTooLargeError) and accepts: the shim
+refuses a longer message from its first frame, before allocating anything, and drops that peer.
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ import struct
 import threading
 from typing import Any
 
-from rlbench.kit.framing import AddressError, TransportClosedError, byte_views, check_size
-from rlbench.protocols import TransportCapabilities
+from rlbench.kit.checks import non_negative, positive_int
+from rlbench.kit.framing import (AddressError, TransportClosedError, byte_views, check_size, listener_closed,
+                                 message_limit, not_connected)
+from rlbench_dpdk.capabilities import CAPABILITIES, DEFAULT_MTU, MEMIF_MTU_RANGE
 from rlbench_dpdk.native import STAT_NAMES, DpdkError, ensure_eal, error_text, library
 from rlbench_dpdk.ports import PortSpec, memif_devargs
 
-_MiB = 1 << 20
-CAPABILITIES = TransportCapabilities(max_message_bytes=64 * _MiB, reliable=True, ordered=True,
-                                     crosses_processes=True, crosses_hosts=True)
 _ETIMEDOUT, _ENOTCONN = 110, 107
 _SLICE_NS = 1_000_000_000
 _HANDSHAKE = struct.Struct("<II")  # memif interface id, listener token
@@ -80,10 +82,11 @@ def _raise_for(code: int, ffi: Any, lib: Any, what: str) -> None:
 
 
 class DpdkConnection:
-    def __init__(self, lib: Any, ffi: Any, link: int, port: int, address: str) -> None:
+    def __init__(self, lib: Any, ffi: Any, link: int, port: int, address: str, limit: int) -> None:
         self._lib, self._ffi = lib, ffi
         self._link, self._port = link, port
         self._address = address
+        self._limit = limit
         self._calls = _Calls(ffi)
         self._closed = False
         self._stats = ffi.new("uint64_t[]", len(STAT_NAMES))
@@ -94,7 +97,7 @@ class DpdkConnection:
 
     def send(self, *parts: Any) -> None:
         self._check_open()
-        n, _keep = self._calls.fill(parts, CAPABILITIES.max_message_bytes)
+        n, _keep = self._calls.fill(parts, self._limit)
         rc = self._lib.rlb_send(self._link, self._calls.pointers, self._calls.lengths, n)
         if rc < 0:
             _raise_for(rc, self._ffi, self._lib, f"send to {self._address}")
@@ -120,7 +123,7 @@ class DpdkConnection:
     def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
         self._check_open()
         calls = self._calls
-        n, _keep = calls.fill(parts, CAPABILITIES.max_message_bytes)
+        n, _keep = calls.fill(parts, self._limit)
         timeout_ns = _ns(timeout)
         step = _SLICE_NS if timeout_ns is None else min(timeout_ns, _SLICE_NS)
         got = self._lib.rlb_request(self._link, calls.pointers, calls.lengths, n, step, calls.data)
@@ -153,6 +156,7 @@ class DpdkListener:
         self._lib, self._ffi = lib, ffi
         self._spec = transport.port_spec
         self._mtu = transport.mtu
+        self._limit = transport.max_message_bytes
         self._calls = _Calls(ffi)
         self._stats = ffi.new("uint64_t[]", len(STAT_NAMES))
         self._peer_buffer = ffi.new("int[]", 256)
@@ -160,7 +164,7 @@ class DpdkListener:
         self._lock = threading.Lock()
         self._control: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
-        kind, name = _parse(address) if address else ("wire" if self._spec.on_wire else "memif", "")
+        kind, name = parse_address(address) if address else ("wire" if self._spec.on_wire else "memif", "")
         if kind == "memif":
             self._name = name or f"{os.getpid()}-{secrets.token_hex(4)}"
             self._token = secrets.randbits(32)
@@ -168,7 +172,7 @@ class DpdkListener:
             self._token = int(name, 16) if name else secrets.randbits(32)
             self._name = f"{self._token:08x}"
         self.address = f"dpdk://{kind}/{self._name}"
-        self._id = lib.rlb_listener_new(self._token)
+        self._id = lib.rlb_listener_new(self._token, self._limit, int(transport.give_up_s * 1e9))
         if self._id < 0:
             raise DpdkError(f"dpdk: cannot listen: {error_text(ffi, lib)}")
         try:
@@ -220,7 +224,7 @@ class DpdkListener:
     # -- the Listener protocol ----------------------------------------------------------------
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
-            raise TransportClosedError(f"dpdk listener {self.address} is closed")
+            raise listener_closed("dpdk", self.address)
         lib, calls = self._lib, self._calls
         timeout_ns = _ns(timeout)
         while True:
@@ -237,8 +241,10 @@ class DpdkListener:
 
     def send(self, peer: int, *parts: Any) -> None:
         if self._closed:
-            raise TransportClosedError(f"dpdk listener {self.address} is closed")
-        n, _keep = self._calls.fill(parts, CAPABILITIES.max_message_bytes)
+            raise listener_closed("dpdk", self.address)
+        if not isinstance(peer, int) or not 0 <= peer < 1 << 31:
+            raise not_connected("dpdk", peer, self.address)
+        n, _keep = self._calls.fill(parts, self._limit)
         rc = self._lib.rlb_listener_send(self._id, peer, self._calls.pointers, self._calls.lengths, n)
         if rc < 0:
             _raise_for(rc, self._ffi, self._lib, f"send to peer {peer}")
@@ -270,7 +276,7 @@ class DpdkListener:
         self._lib.rlb_listener_close(self._id)
 
 
-def _parse(address: str) -> tuple[str, str]:
+def parse_address(address: str) -> tuple[str, str]:
     prefix = "dpdk://"
     if not isinstance(address, str) or not address.startswith(prefix):
         raise AddressError(f"dpdk transport needs an address like 'dpdk://memif/NAME' or 'dpdk://wire/TOKEN', got {address!r}")
@@ -287,33 +293,49 @@ def _parse(address: str) -> tuple[str, str]:
 
 class DpdkTransport:
     """DPDK ports from Python. `port`: memif (default), af_packet:IFACE, af_xdp:IFACE or a PCI
-    address; `eal_args`: extra EAL arguments (they win over the defaults); `mtu`: asked of the port
-    of memif ports (jumbo frames; wire ports keep their interface's MTU); `give_up_s`: how long a peer may leave frames unacknowledged
-    before it is declared gone."""
+    address; `eal_args`: extra EAL arguments (they win over the defaults); `mtu`: the largest IP
+    packet on memif ports (576..9202; the shim builds frames that size, jumbo by default), while wire
+    ports keep their interface's MTU; `give_up_s`: how long a peer may leave frames unacknowledged,
+    or stop in the middle of a message, before it is declared gone; `max_message_bytes`: the largest
+    message this side sends or accepts (at most the capability)."""
 
     capabilities = CAPABILITIES
 
-    def __init__(self, port: str = "memif", eal_args: str = "", mtu: int = 9000, give_up_s: float = 10.0) -> None:
+    def __init__(self, port: str = "memif", eal_args: str = "", mtu: int = DEFAULT_MTU, give_up_s: float = 10.0,
+                 max_message_bytes: int | None = None) -> None:
         self.port_spec = PortSpec.parse(port)
         self.eal_args = eal_args or ""
-        self.mtu = int(mtu)
-        self.give_up_s = float(give_up_s)
+        self.mtu = positive_int(mtu, "dpdk: mtu")
+        if not MEMIF_MTU_RANGE[0] <= self.mtu <= MEMIF_MTU_RANGE[1]:
+            raise DpdkError(f"dpdk: mtu={self.mtu} is outside {MEMIF_MTU_RANGE[0]}..{MEMIF_MTU_RANGE[1]} (the largest "
+                            "frame one mbuf of the shim's pool holds)")
+        self.give_up_s = non_negative(give_up_s, "dpdk: give_up_s")
+        if not self.give_up_s:
+            raise DpdkError("dpdk: give_up_s must be more than 0")
+        self.max_message_bytes = message_limit(max_message_bytes, CAPABILITIES.max_message_bytes, "dpdk")
 
     def _native(self) -> tuple[Any, Any]:
         ffi, _ = library()
         lib = ensure_eal(self.eal_args, self.port_spec.target if self.port_spec.kind == "pci" else None)
-        lib.rlb_set_timing(0, int(self.give_up_s * 1e9))
         return ffi, lib
+
+    def listen_address(self, host: str) -> str | None:
+        """Where to listen for peers on other hosts: a wire port listens on its own interface
+        (--dpdk-port af_packet:IFACE, af_xdp:IFACE or a NIC), whatever `host` is; memif cannot."""
+        if not self.port_spec.on_wire:
+            raise AddressError("dpdk's memif port links processes of one host; across hosts give every role a "
+                               "wire port: --dpdk-port af_packet:IFACE, af_xdp:IFACE or a NIC's PCI address")
+        return None
 
     def listen(self, address: str | None = None) -> DpdkListener:
         ffi, lib = self._native()
         return DpdkListener(self, lib, ffi, address)
 
     def connect(self, address: str, timeout: float = 10.0) -> DpdkConnection:
-        kind, name = _parse(address)
+        kind, name = parse_address(address)
         ffi, lib = self._native()
         if kind == "memif":
-            interface, token = _ask_for_interface(name, address, timeout)
+            interface, token = ask_for_interface(name, address, timeout)
             devargs = memif_devargs("client", interface, name)
         else:
             if not self.port_spec.on_wire:
@@ -323,18 +345,18 @@ class DpdkTransport:
         port = lib.rlb_port_open(devargs.encode(), self.mtu if kind == "memif" else 0)
         if port < 0:
             raise DpdkError(f"dpdk: {error_text(ffi, lib)}")
-        link = lib.rlb_connect(port, token, int(timeout * 1e9))
+        link = lib.rlb_connect(port, token, int(timeout * 1e9), self.max_message_bytes, int(self.give_up_s * 1e9))
         if link < 0:
             message = error_text(ffi, lib)
             lib.rlb_port_close(port)
             raise TransportClosedError(f"dpdk: cannot connect to {address}: {message}")
-        return DpdkConnection(lib, ffi, link, port, address)
+        return DpdkConnection(lib, ffi, link, port, address, self.max_message_bytes)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (DpdkTransport, (str(self.port_spec), self.eal_args, self.mtu, self.give_up_s))
+        return (DpdkTransport, (str(self.port_spec), self.eal_args, self.mtu, self.give_up_s, self.max_message_bytes))
 
 
-def _ask_for_interface(name: str, address: str, timeout: float) -> tuple[int, int]:
+def ask_for_interface(name: str, address: str, timeout: float) -> tuple[int, int]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:
         control.settimeout(timeout)
         try:

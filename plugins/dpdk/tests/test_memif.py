@@ -79,3 +79,27 @@ def test_peer_learns_that_the_node_died(dpdk_available):
 def test_unknown_address_is_a_clear_error(dpdk_available):
     with pytest.raises(TransportClosedError, match="nothing listens"):
         DpdkTransport().connect("dpdk://memif/no-such-listener", timeout=2.0)
+
+
+def test_a_peer_that_took_its_messages_and_then_stays_away_is_not_given_up(dpdk_available):
+    """An application that received its last message and then does other work (an actor stepping
+    its environment) for longer than give_up_s keeps its connection: what it took was acknowledged
+    when it took it. Before, the acknowledgement waited for its next poll and the listener declared
+    it gone."""
+    transport = DpdkTransport(give_up_s=0.3)
+    listener = transport.listen()
+    connection = transport.connect(listener.address, timeout=10)
+    try:
+        connection.send(b"request")
+        peer, _ = listener.recv(timeout=10)
+        listener.send(peer, b"reply")
+        assert bytes(connection.recv(timeout=10)) == b"reply"
+        assert listener.recv(timeout=1.0) is None  # the listener polls on; the peer calls nothing
+        assert listener.peers == [peer]
+        connection.send(b"still here")
+        assert listener.recv(timeout=10) is not None
+        listener.send(peer, b"and served")
+        assert bytes(connection.recv(timeout=10)) == b"and served"
+    finally:
+        connection.close()
+        listener.close()

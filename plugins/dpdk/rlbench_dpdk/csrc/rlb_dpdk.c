@@ -41,11 +41,10 @@
 #define BYE_WAIT_NS 200000000ull
 #define PORT_LINGER_NS 20000000ull  /* a retired port is closed once its teardown is long over */
 #define PORT_LINGER_MAX_NS 5000000000ull
+#define ASM_FIRST 65536     /* a message's reassembly buffer starts this large (or at its length) and doubles */
 
-enum { K_DATA = 1, K_ACK, K_HELLO, K_WELCOME, K_BYE };
-enum { F_TO_LISTENER = 1, F_GAP = 2, F_ACK_REQ = 4 };
 enum { S_MSENT, S_MRECV, S_BSENT, S_BRECV, S_LOST, S_FSENT, S_FRECV, S_RETX, S_ACKS, S_GAPS, S_DUPS, S_OOO,
-       S_MALFORMED, S_TXFULL };
+       S_MALFORMED, S_TXFULL, S_REFUSED, S_DROPPED, S_REFUSED_PEERS };
 
 struct rlb_hdr {
     uint16_t magic;
@@ -73,7 +72,8 @@ struct port {
     int used;
     uint16_t pid;
     struct rte_ether_addr mac;
-    uint32_t mtu, payload;
+    uint32_t mtu, payload, device_mtu;
+    uint64_t opened_ns;
     int listener;     /* listener index, or -1 */
     int client_link;  /* the client link on this port, or -1 */
     int per_peer;     /* memif: the port carries one link, and ends with it */
@@ -84,6 +84,8 @@ struct port {
 struct link {
     int used, port, listener;
     uint32_t conn, token;
+    uint32_t max_message;  /* longest message this side accepts */
+    uint64_t give_up_ns;   /* a peer silent this long (unacknowledged frames, or mid-message) is gone */
     uint8_t out_flags;  /* F_TO_LISTENER on the client side */
     int connected, closed, bye_sent;
     struct rte_ether_addr peer_mac;
@@ -91,22 +93,24 @@ struct link {
     struct rte_mbuf *hist[WINDOW];
     uint64_t last_tx_ns, last_progress_ns, last_retx_ns, rto;
     uint32_t rx_next, rx_unacked;
-    uint64_t last_rx_ns, last_gap_ns, last_dup_ack_ns;
+    uint64_t last_rx_ns, last_gap_ns, last_dup_ack_ns, last_heard_ns, last_bye_ns;
     struct msg *asm_msg;
-    uint32_t asm_have;
+    uint32_t asm_have, asm_cap;  /* bytes arrived, bytes the buffer holds */
+    uint32_t refused_len;        /* the length of the message refused as too large */
     struct msg *q_head, *q_tail, *held;
     uint64_t st[RLB_STATS_N];
 };
 
 struct listener {
     int used;
-    uint32_t token;
+    uint32_t token, max_message;
+    uint64_t give_up_ns;
     int ports[MAX_PORTS];
     volatile int nports;  /* grows from the accept thread while the owner polls */
     int links[MAX_LINKS];
     int nlinks, turn;
     struct msg *held;
-    uint64_t departed[RLB_STATS_N];  /* counters of links that are gone */
+    uint64_t counted[RLB_STATS_N];  /* counters of links that are gone, and of frames no link owns */
     uint64_t last_check_ns;
 };
 
@@ -118,7 +122,7 @@ static __thread char g_err[512];
 static struct port g_ports[MAX_PORTS];
 static struct link g_links[MAX_LINKS];
 static struct listener g_listeners[MAX_LISTENERS];
-static uint64_t g_rto = 20000000ull, g_give_up = 10000000000ull;
+static const uint64_t g_rto = 20000000ull;
 static const struct rte_ether_addr g_dst_mac = {{0x02, 0x72, 0x6c, 0x62, 0x00, 0x01}};
 
 static int fail(int code, const char *fmt, ...)
@@ -140,13 +144,13 @@ uint64_t rlb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void rlb_set_timing(uint64_t rto_ns, uint64_t give_up_ns)
-{
-    if (rto_ns) g_rto = rto_ns;
-    if (give_up_ns) g_give_up = give_up_ns;
-}
-
 static inline int seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
+/* Time from `then` to `now`, 0 if `then` is later: a loop reads the clock once per pass, and what it
+ * calls may stamp a link or port with a later reading (or another thread may, opening a port). A
+ * plain `now - then` wrapped to ~2^64 there and read as "long ago": a port retired in that pass was
+ * closed at once, its link still up, racing the memif PMD's teardown. */
+static inline uint64_t since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
 
 /* Poll, then poll with a yield every YIELD_EVERY polls, then sleep a little longer each time. The
  * early yields matter with more processes than cores: the process whose reply we wait for may need
@@ -193,7 +197,8 @@ int rlb_init(const char *eal_args)
 
 int rlb_port_count(void) { return g_ready ? (int)rte_eth_dev_count_avail() : 0; }
 
-int rlb_port_info(int port, char *driver, int driver_cap, uint32_t *mtu, uint32_t *payload, int *link_up)
+int rlb_port_info(int port, char *driver, int driver_cap, uint32_t *mtu, uint32_t *payload, int *link_up,
+                  uint32_t *device_mtu)
 {
     if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return fail(EINVAL, "no port %d", port);
     struct port *p = &g_ports[port];
@@ -205,6 +210,7 @@ int rlb_port_info(int port, char *driver, int driver_cap, uint32_t *mtu, uint32_
     *mtu = p->mtu;
     *payload = p->payload;
     *link_up = link.link_status;
+    *device_mtu = p->device_mtu;
     return 0;
 }
 
@@ -233,14 +239,20 @@ static int port_open_locked(const char *devargs, uint32_t want_mtu)
     memset(&conf, 0, sizeof(conf));
     if ((ret = rte_eth_dev_info_get(pid, &info)) < 0) return fail(ret, "%s: dev_info: %s", name, rte_strerror(-ret));
     if ((ret = rte_eth_dev_configure(pid, 1, 1, &conf)) < 0) return fail(ret, "%s: configure: %s", name, rte_strerror(-ret));
-    uint16_t mtu = 1500;
-    if (want_mtu > 1500) {
-        uint32_t cap = MBUF_ROOM - RTE_ETHER_HDR_LEN;
-        uint32_t m = want_mtu < cap ? want_mtu : cap;
+    uint32_t largest = (pool == g_pool ? MBUF_ROOM : RTE_MBUF_DEFAULT_DATAROOM) - RTE_ETHER_HDR_LEN;
+    int memif = strncmp(name, "net_memif", 9) == 0;
+    uint16_t device_mtu = 1500;
+    if (!memif && want_mtu > 1500) {
+        uint32_t m = want_mtu < largest ? want_mtu : largest;
         if (info.max_mtu && m > info.max_mtu) m = info.max_mtu;
-        if (m > 1500 && rte_eth_dev_set_mtu(pid, (uint16_t)m) == 0) mtu = (uint16_t)m;
+        if (m > 1500) rte_eth_dev_set_mtu(pid, (uint16_t)m);
     }
-    rte_eth_dev_get_mtu(pid, &mtu);
+    rte_eth_dev_get_mtu(pid, &device_mtu);
+    /* memif's PMD has no MTU: rte_eth_dev_set_mtu answers ENOTSUP, and it reports a 1518-byte largest
+     * frame, yet it copies any frame into a chain of descriptors (bsize bytes each) and back into mbufs
+     * on the other side. Both ends are this shim, so on memif the MTU is ours to choose, up to what an
+     * mbuf of our pool holds. Elsewhere it is the device's. */
+    uint32_t mtu = memif && want_mtu ? (want_mtu < largest ? want_mtu : largest) : device_mtu;
     uint16_t nrx = 1024, ntx = 1024;
     rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nrx, &ntx);
     int sock = rte_eth_dev_socket_id(pid);
@@ -251,13 +263,13 @@ static int port_open_locked(const char *devargs, uint32_t want_mtu)
     struct port *p = &g_ports[slot];
     memset(p, 0, sizeof(*p));
     p->pid = pid;
+    if (mtu > largest) mtu = largest;
     p->mtu = mtu;
-    uint32_t frame = mtu + RTE_ETHER_HDR_LEN;
-    uint32_t room = pool == g_pool ? MBUF_ROOM : RTE_MBUF_DEFAULT_DATAROOM;
-    if (frame > room) frame = room;
-    p->payload = frame - HDR_LEN;
+    p->device_mtu = device_mtu;
+    p->payload = mtu + RTE_ETHER_HDR_LEN - HDR_LEN;
     p->listener = p->client_link = -1;
-    p->per_peer = strncmp(name, "net_memif", 9) == 0;
+    p->per_peer = memif;
+    p->opened_ns = rlb_now_ns();
     rte_eth_macaddr_get(pid, &p->mac);
     p->used = 1;
     return slot;
@@ -313,13 +325,10 @@ int rlb_port_close(int port)
 }
 
 /* --------------------------------------------------------------------------------- frames */
-static struct rte_mbuf *frame_new(struct link *lk, uint8_t kind, uint8_t flags, uint32_t len)
+/* The Ethernet/IPv4/UDP headers and our header of a frame carrying `len` bytes after them. */
+static struct rlb_hdr *frame_fill(uint8_t *p, const struct rte_ether_addr *src, int to_listener, uint32_t len)
 {
-    struct rte_mbuf *m = rte_pktmbuf_alloc(g_pool);
-    if (!m) return NULL;
     uint32_t flen = HDR_LEN + len;
-    uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, flen);
-    if (!p) { rte_pktmbuf_free(m); return NULL; }
     struct rte_ether_hdr *eth = (struct rte_ether_hdr *)p;
     struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
     struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
@@ -327,15 +336,15 @@ static struct rte_mbuf *frame_new(struct link *lk, uint8_t kind, uint8_t flags, 
     /* The destination MAC is ours, not the peer's: a kernel that sees the frame on a veth
      * classifies it as for another host and drops it early instead of answering with ICMP. */
     rte_ether_addr_copy(&g_dst_mac, &eth->dst_addr);
-    rte_ether_addr_copy(&g_ports[lk->port].mac, &eth->src_addr);
+    rte_ether_addr_copy(src, &eth->src_addr);
     eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
     memset(ip, 0, sizeof(*ip));
     ip->version_ihl = 0x45;
     ip->time_to_live = 64;
     ip->next_proto_id = IPPROTO_UDP;
     ip->total_length = rte_cpu_to_be_16(flen - sizeof(*eth));
-    ip->src_addr = rte_cpu_to_be_32(0x0a630000 | (lk->out_flags ? 2 : 1));
-    ip->dst_addr = rte_cpu_to_be_32(0x0a630000 | (lk->out_flags ? 1 : 2));
+    ip->src_addr = rte_cpu_to_be_32(0x0a630000 | (to_listener ? 2 : 1));
+    ip->dst_addr = rte_cpu_to_be_32(0x0a630000 | (to_listener ? 1 : 2));
     ip->hdr_checksum = rte_ipv4_cksum(ip);
     udp->src_port = rte_cpu_to_be_16(RLB_UDP_PORT);
     udp->dst_port = rte_cpu_to_be_16(RLB_UDP_PORT);
@@ -344,6 +353,16 @@ static struct rte_mbuf *frame_new(struct link *lk, uint8_t kind, uint8_t flags, 
     memset(h, 0, sizeof(*h));
     h->magic = RLB_MAGIC;
     h->version = RLB_VERSION;
+    return h;
+}
+
+static struct rte_mbuf *frame_new(struct link *lk, uint8_t kind, uint8_t flags, uint32_t len)
+{
+    struct rte_mbuf *m = rte_pktmbuf_alloc(g_pool);
+    if (!m) return NULL;
+    uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, HDR_LEN + len);
+    if (!p) { rte_pktmbuf_free(m); return NULL; }
+    struct rlb_hdr *h = frame_fill(p, &g_ports[lk->port].mac, lk->out_flags & F_TO_LISTENER, len);
     h->kind = kind;
     h->conn = lk->conn;
     h->token = lk->token;
@@ -409,6 +428,58 @@ static void enqueue(struct link *lk, struct msg *m)
     lk->q_tail = m;
 }
 
+/* A link is over. A memif port dies with its one link, and it is never polled again: the PMD
+ * tears a memif connection down (unmapping the shared rings) on the EAL interrupt thread when the
+ * other process leaves, without any lock against a concurrent rx burst, and that race crashed the
+ * replay node about once in ten runs. So whoever says goodbye first waits for the answer before
+ * it closes its port, and the answering side stops polling that port before the teardown comes. */
+static void link_end(struct link *lk, int why)
+{
+    struct port *p = &g_ports[lk->port];
+    if (!lk->closed) lk->closed = why;
+    if (p->per_peer && !p->retired) { p->retired_ns = rlb_now_ns(); p->retired = 1; }
+}
+
+/* A goodbye tells the peer why when this side drops it (C_OVERSIZE, C_MALFORMED, C_STALLED). */
+static void bye_frame(struct link *lk)
+{
+    struct rte_mbuf *m = frame_new(lk, K_BYE, 0, 0);
+    if (!m) return;
+    frame_hdr(m)->pad = lk->closed >= C_OVERSIZE && lk->closed <= C_STALLED ? (uint8_t)lk->closed : 0;
+    if (rte_eth_tx_burst(g_ports[lk->port].pid, 0, &m, 1) != 1) rte_pktmbuf_free(m);
+    lk->last_bye_ns = rlb_now_ns();
+}
+
+static void send_bye(struct link *lk)
+{
+    if (!lk->bye_sent) { bye_frame(lk); lk->bye_sent = 1; }
+}
+
+/* The peer broke the rules: end its link, say why, count it. What it delivered before stays queued. */
+static void drop_peer(struct link *lk, int why)
+{
+    if (lk->closed) return;
+    if (why == C_MALFORMED) lk->st[S_MALFORMED]++;
+    lk->st[S_DROPPED]++;
+    link_end(lk, why);
+    send_bye(lk);
+}
+
+/* Room in the reassembly buffer for `need` bytes: it grows with what arrived, doubling, never past
+ * the message's length. 0, or -1 when memory is short (the frame is not taken; the sender resends). */
+static int asm_reserve(struct link *lk, uint32_t need)
+{
+    if (need <= lk->asm_cap) return 0;
+    uint64_t cap = (uint64_t)lk->asm_cap * 2;
+    if (cap < need) cap = need;
+    if (cap > lk->asm_msg->len) cap = lk->asm_msg->len;
+    struct msg *m = realloc(lk->asm_msg, sizeof(struct msg) + cap);
+    if (!m) return -1;
+    lk->asm_msg = m;
+    lk->asm_cap = (uint32_t)cap;
+    return 0;
+}
+
 static void take_data(struct link *lk, struct rte_mbuf *mb, const struct rlb_hdr *h, uint64_t now)
 {
     if (h->fseq != lk->rx_next) {
@@ -425,19 +496,30 @@ static void take_data(struct link *lk, struct rte_mbuf *mb, const struct rlb_hdr
         }
         return;
     }
-    if (h->offset == 0) {
-        if (lk->asm_msg) { free(lk->asm_msg); lk->st[S_LOST]++; }  /* cannot happen in order; counted if it does */
-        lk->asm_msg = malloc(sizeof(struct msg) + (h->msg_len ? h->msg_len : 1));
-        if (!lk->asm_msg) return;  /* not accepted: the sender retransmits */
-        lk->asm_msg->len = h->msg_len;
+    if (!lk->asm_msg && h->offset == 0) {  /* a message begins: its length is a claim, checked, not trusted */
+        if (h->msg_len > lk->max_message) {
+            lk->refused_len = h->msg_len;
+            lk->st[S_REFUSED]++;
+            drop_peer(lk, C_OVERSIZE);
+            return;
+        }
+        uint32_t first = h->msg_len < ASM_FIRST ? h->msg_len : ASM_FIRST;
+        struct msg *m = malloc(sizeof(struct msg) + (first ? first : 1));
+        if (!m) return;  /* not taken: the sender resends */
+        m->len = h->msg_len;
+        lk->asm_msg = m;
+        lk->asm_cap = first;
         lk->asm_have = 0;
     }
     struct msg *m = lk->asm_msg;
-    if (!m || h->msg_len != m->len || h->offset != lk->asm_have || h->offset + h->len > m->len ||
-        rte_pktmbuf_pkt_len(mb) < HDR_LEN + h->len) {
-        lk->st[S_MALFORMED]++;
+    /* In order, every fragment continues the message it belongs to; only an empty message has an empty one. */
+    if (!m || h->msg_len != m->len || h->offset != lk->asm_have || (uint64_t)h->offset + h->len > m->len ||
+        (!h->len && m->len) || rte_pktmbuf_pkt_len(mb) < HDR_LEN + (uint32_t)h->len) {
+        drop_peer(lk, C_MALFORMED);
         return;
     }
+    if (asm_reserve(lk, h->offset + h->len) < 0) return;
+    m = lk->asm_msg;
     if (h->len) {
         const void *d = rte_pktmbuf_read(mb, HDR_LEN, h->len, m->data + h->offset);
         if (d != m->data + h->offset) memcpy(m->data + h->offset, d, h->len);
@@ -448,6 +530,7 @@ static void take_data(struct link *lk, struct rte_mbuf *mb, const struct rlb_hdr
     lk->last_rx_ns = now;
     if (lk->asm_have == m->len) {
         lk->asm_msg = NULL;
+        lk->asm_cap = 0;
         enqueue(lk, m);
     }
     if (lk->rx_unacked >= WINDOW / 4 || (h->flags & F_ACK_REQ)) send_control(lk, K_ACK, 0);
@@ -462,88 +545,119 @@ static int link_alloc(void)
             lk->used = 1;
             lk->listener = -1;
             lk->rto = g_rto;
-            lk->last_progress_ns = rlb_now_ns();
+            lk->last_progress_ns = lk->last_heard_ns = rlb_now_ns();
             return i;
         }
     }
     return fail(EMFILE, "too many DPDK links open (%d)", MAX_LINKS);
 }
 
-/* A link is over. A memif port dies with its one link, and it is never polled again: the PMD
- * tears a memif connection down (unmapping the shared rings) on the EAL interrupt thread when the
- * other process leaves, without any lock against a concurrent rx burst, and that race crashed the
- * replay node about once in ten runs. So whoever says goodbye first waits for the answer before
- * it closes its port, and the answering side stops polling that port before the teardown comes. */
-static void link_end(struct link *lk, int why)
-{
-    struct port *p = &g_ports[lk->port];
-    if (!lk->closed) lk->closed = why;
-    if (p->per_peer && !p->retired) { p->retired_ns = rlb_now_ns(); p->retired = 1; }
-}
-
-static void send_bye(struct link *lk)
-{
-    if (!lk->bye_sent) { send_control(lk, K_BYE, 0); lk->bye_sent = 1; }
-}
-
 static void hello(int port, const struct rlb_hdr *h, const struct rte_ether_hdr *eth)
 {
     struct listener *L = &g_listeners[g_ports[port].listener];
-    if (h->token != L->token) return;  /* another listener on the same wire */
-    if (L->nlinks >= MAX_LINKS) return;
-    pthread_mutex_lock(&g_lock);
-    int id = link_alloc();
-    pthread_mutex_unlock(&g_lock);
-    if (id < 0) return;
+    int id = -1;
+    if (L->nlinks < MAX_LINKS) {
+        pthread_mutex_lock(&g_lock);
+        id = link_alloc();
+        pthread_mutex_unlock(&g_lock);
+    }
+    if (id < 0) { L->counted[S_REFUSED_PEERS]++; return; }
     struct link *lk = &g_links[id];
     lk->port = port;
     lk->listener = (int)(L - g_listeners);
     lk->conn = h->conn;
     lk->token = L->token;
+    lk->max_message = L->max_message;
+    lk->give_up_ns = L->give_up_ns;
     lk->connected = 1;
     rte_ether_addr_copy(&eth->src_addr, &lk->peer_mac);
     L->links[L->nlinks++] = id;
     send_control(lk, K_WELCOME, 0);
 }
 
+/* The link a frame to a listener belongs to: by connection id, and on a memif port (one peer, one
+ * link) whatever link the port carries, so that a peer cannot open a second conversation there. */
+static struct link *listener_link(struct listener *L, int port, uint32_t conn)
+{
+    struct link *same_port = NULL;
+    for (int i = 0; i < L->nlinks; i++) {
+        struct link *c = &g_links[L->links[i]];
+        if (c->port != port) continue;
+        if (c->conn == conn) return c;
+        same_port = c;
+    }
+    return g_ports[port].per_peer ? same_port : NULL;
+}
+
+/* A frame that breaks the protocol. Its sender is dropped where we know it: `lk` when the header
+ * named a connection, else the one peer a memif port carries. Otherwise (garbage on a wire) it is
+ * only counted. */
+static void malformed(int port, struct link *lk)
+{
+    struct port *p = &g_ports[port];
+    if (!lk && p->per_peer && p->listener >= 0) {
+        struct listener *L = &g_listeners[p->listener];
+        for (int i = 0; i < L->nlinks && !lk; i++) if (g_links[L->links[i]].port == port) lk = &g_links[L->links[i]];
+    } else if (!lk && p->per_peer && p->client_link >= 0) {
+        lk = &g_links[p->client_link];
+    }
+    if (lk) drop_peer(lk, C_MALFORMED);
+    else if (p->listener >= 0) g_listeners[p->listener].counted[S_MALFORMED]++;
+    else if (p->client_link >= 0) g_links[p->client_link].st[S_MALFORMED]++;
+}
+
 static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
 {
     struct rlb_hdr tmp;
     uint8_t l2l4[L2L4_LEN];
-    if (rte_pktmbuf_pkt_len(mb) < HDR_LEN) return;
+    struct port *p = &g_ports[port];
+    uint32_t len = rte_pktmbuf_pkt_len(mb);
+    if (len < L2L4_LEN) return;  /* not even UDP: not ours to judge (a wire carries others' traffic) */
     const struct rte_ether_hdr *eth = rte_pktmbuf_read(mb, 0, L2L4_LEN, l2l4);
     const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(eth + 1);
     const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(ip + 1);
     if (eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4) || ip->next_proto_id != IPPROTO_UDP ||
         udp->dst_port != rte_cpu_to_be_16(RLB_UDP_PORT)) return;  /* someone else's traffic */
+    if (len < HDR_LEN || ip->version_ihl != 0x45) { malformed(port, NULL); return; }
     const struct rlb_hdr *h = rte_pktmbuf_read(mb, L2L4_LEN, sizeof(tmp), &tmp);
-    if (h->magic != RLB_MAGIC || h->version != RLB_VERSION) return;
-    struct port *p = &g_ports[port];
+    if (h->magic != RLB_MAGIC || h->version != RLB_VERSION || h->kind < K_DATA || h->kind > K_LAST ||
+        (h->flags & ~F_ALL)) { malformed(port, NULL); return; }
     struct link *lk = NULL;
     if (h->flags & F_TO_LISTENER) {
-        if (p->listener < 0) return;
+        if (p->listener < 0) return;  /* another client's frame on a shared wire */
         struct listener *L = &g_listeners[p->listener];
-        for (int i = 0; i < L->nlinks; i++) {
-            struct link *c = &g_links[L->links[i]];
-            if (c->port == port && c->conn == h->conn) { lk = c; break; }
+        lk = listener_link(L, port, h->conn);
+        if (lk && lk->conn != h->conn) { malformed(port, lk); return; }  /* a second conversation on a memif port */
+        if (!lk) {
+            if (h->token != L->token) return;  /* another listener on the same wire */
+            if (h->kind == K_HELLO || (h->kind == K_DATA && h->fseq < WINDOW)) hello(port, h, eth);  /* data: the hello was lost */
+            if (h->kind == K_HELLO) return;
+            lk = listener_link(L, port, h->conn);
+        } else if (h->kind == K_HELLO) {
+            return;  /* a repeated hello */
         }
-        if (!lk && h->kind == K_DATA && h->token == L->token && h->fseq < WINDOW) {  /* the hello was lost: learn from data */
-            hello(port, h, eth);
-            if (L->nlinks && g_links[L->links[L->nlinks - 1]].conn == h->conn) lk = &g_links[L->links[L->nlinks - 1]];
-        }
-        if (h->kind == K_HELLO) { if (!lk) hello(port, h, eth); return; }
+        if (lk && h->kind == K_WELCOME) { malformed(port, lk); return; }
     } else if (p->client_link >= 0 && g_links[p->client_link].conn == h->conn) {
         lk = &g_links[p->client_link];
+        if (h->kind == K_HELLO) { malformed(port, lk); return; }
+    } else {
+        if (p->per_peer) malformed(port, NULL);  /* a memif port carries frames of its one link only */
+        return;
     }
     if (!lk) return;
     lk->st[S_FRECV]++;
+    lk->last_heard_ns = now;
+    if (lk->closed) {  /* a peer we dropped talks on (on a wire, our goodbye may be lost): say it again */
+        if (h->kind != K_BYE && since(now, lk->last_bye_ns) > lk->rto) bye_frame(lk);
+        return;
+    }
     switch (h->kind) {
     case K_WELCOME:
         if (!lk->connected) { lk->connected = 1; rte_ether_addr_copy(&eth->src_addr, &lk->peer_mac); }
         return;
     case K_BYE:
         send_bye(lk);  /* the goodbye's answer, unless it is the answer to ours */
-        link_end(lk, 1);
+        link_end(lk, h->pad >= C_OVERSIZE && h->pad <= C_STALLED ? C_PEER_DROPPED + h->pad : C_BYE);
         return;
     case K_ACK:
         take_ack(lk, h->ack, h->flags & F_GAP, now);
@@ -553,8 +667,6 @@ static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
         take_ack(lk, h->ack, 0, now);
         take_data(lk, mb, h, now);
         return;
-    default:
-        lk->st[S_MALFORMED]++;
     }
 }
 
@@ -570,19 +682,27 @@ static int poll_port(int port, uint64_t now)
     return n;
 }
 
-/* Timers of one link: delayed acknowledgement, retransmission, giving up, the port going down. */
+/* Timers of one link: delayed acknowledgement, retransmission, giving up, a peer silent mid-message,
+ * the port going down. */
 static void service(struct link *lk, uint64_t now, int check_link)
 {
+    if (lk->closed) return;
     if (lk->rx_unacked && now - lk->last_rx_ns > DELAYED_ACK_NS) send_control(lk, K_ACK, 0);
-    if (lk->tx_acked != lk->tx_next && now - lk->last_tx_ns > lk->rto) {
-        if (now - lk->last_progress_ns > g_give_up) {
-            link_end(lk, 2);  /* the peer stopped acknowledging: it is gone */
+    /* An honest sender resends until its message is through; one that went quiet halfway holds
+     * memory for nothing. */
+    if (lk->asm_msg && since(now, lk->last_heard_ns) > lk->give_up_ns) {
+        drop_peer(lk, C_STALLED);
+        return;
+    }
+    if (lk->tx_acked != lk->tx_next && since(now, lk->last_tx_ns) > lk->rto) {
+        if (since(now, lk->last_progress_ns) > lk->give_up_ns) {
+            link_end(lk, C_SILENT);  /* the peer stopped acknowledging: it is gone */
         } else {
             retransmit(lk, now);
             lk->rto = lk->rto * 2 < 200000000ull ? lk->rto * 2 : 200000000ull;
         }
     }
-    if (check_link && lk->connected && port_link_down(&g_ports[lk->port])) link_end(lk, 3);
+    if (check_link && lk->connected && port_link_down(&g_ports[lk->port])) link_end(lk, C_DOWN);
 }
 
 static int poll_listener(struct listener *L, uint64_t now)
@@ -626,7 +746,7 @@ static void say_bye(struct link *lk, uint64_t wait_ns)
         uint32_t idle = 0;
         while (!lk->closed && rlb_now_ns() - start < wait_ns) pump(lk, &idle, &last_check);
     }
-    link_end(lk, 1);
+    link_end(lk, C_BYE);
 }
 
 /* --------------------------------------------------------------------------------- sending */
@@ -644,9 +764,23 @@ static void copy_parts(uint8_t *dst, const uint8_t *const *parts, const uint32_t
 
 static int link_gone(struct link *lk)
 {
-    return lk->closed ? fail(ENOTCONN, "%s", lk->closed == 2 ? "the peer stopped acknowledging (gone?)" :
-                                             lk->closed == 3 ? "the port's link went down (peer gone)" :
-                                             "the other side closed the connection") : 0;
+    switch (lk->closed) {
+    case 0: return 0;
+    case C_SILENT: return fail(ENOTCONN, "the peer stopped acknowledging (gone?)");
+    case C_DOWN: return fail(ENOTCONN, "the port's link went down (peer gone)");
+    case C_OVERSIZE:
+        return fail(ENOTCONN, "the peer sent a message of %u bytes, over this side's max_message_bytes=%u; "
+                    "the connection was dropped", lk->refused_len, lk->max_message);
+    case C_MALFORMED: return fail(ENOTCONN, "the peer's frames broke the protocol; the connection was dropped");
+    case C_STALLED: return fail(ENOTCONN, "the peer went quiet in the middle of a message; the connection was dropped");
+    case C_PEER_DROPPED + C_OVERSIZE:
+        return fail(ENOTCONN, "the other side refused a message over its max_message_bytes and dropped the connection");
+    case C_PEER_DROPPED + C_MALFORMED:
+        return fail(ENOTCONN, "the other side found this side's frames malformed and dropped the connection");
+    case C_PEER_DROPPED + C_STALLED:
+        return fail(ENOTCONN, "the other side dropped the connection: a message stopped coming halfway");
+    default: return fail(ENOTCONN, "the other side closed the connection");
+    }
 }
 
 static int flush(struct link *lk, struct rte_mbuf **burst, uint16_t n)
@@ -660,7 +794,7 @@ static int flush(struct link *lk, struct rte_mbuf **burst, uint16_t n)
         /* The ring is full: keep receiving (the peer may be waiting on us), back off, retry. */
         if (!t0) { t0 = rlb_now_ns(); lk->st[S_TXFULL]++; }
         pump(lk, &idle, &last_check);
-        if (lk->closed || rlb_now_ns() - t0 > g_give_up) {
+        if (lk->closed || rlb_now_ns() - t0 > lk->give_up_ns) {
             rte_pktmbuf_free_bulk(burst + sent, n - sent);  /* history still holds them */
             return lk->closed ? link_gone(lk) : fail(ETIMEDOUT, "transmit ring stayed full");
         }
@@ -729,6 +863,10 @@ static int64_t pop(struct link *lk, struct msg **held, uint8_t **data)
     struct msg *m = lk->q_head;
     lk->q_head = m->next;
     if (!lk->q_head) lk->q_tail = NULL;
+    /* What the application took is acknowledged now: an application that then works for a while
+     * without calling in would otherwise leave its peer's frames unacknowledged until the peer gave
+     * it up for gone (the delayed ACK needs someone polling). */
+    if (lk->rx_unacked && !lk->closed) send_control(lk, K_ACK, 0);
     *held = m;
     *data = m->data;
     lk->st[S_MRECV]++;
@@ -784,7 +922,7 @@ static void link_free(struct link *lk)
 /* --------------------------------------------------------------------------------- clients */
 /* Does not wait for the listener's answer: a thread that connects and then serves the listener
  * would wait forever. The listener learns the link from the hello, or from the first data frame. */
-int rlb_connect(int port, uint32_t token, uint64_t timeout_ns)
+int rlb_connect(int port, uint32_t token, uint64_t timeout_ns, uint32_t max_message, uint64_t give_up_ns)
 {
     if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return fail(EBADF, "no port %d", port);
     uint64_t start = rlb_now_ns();
@@ -808,10 +946,15 @@ int rlb_connect(int port, uint32_t token, uint64_t timeout_ns)
     lk->port = port;
     lk->conn = conn;
     lk->token = token;
+    lk->max_message = max_message;
+    lk->give_up_ns = give_up_ns;
     lk->out_flags = F_TO_LISTENER;
     lk->connected = 1;
     g_ports[port].client_link = id;
     send_control(lk, K_HELLO, 0);
+    /* A memif client gives the listener its first free receive slots in its first rx burst: until
+     * then the listener could send nothing, and a peer that only sends would never hear back. */
+    poll_port(port, rlb_now_ns());
     return id;
 }
 
@@ -838,7 +981,7 @@ static struct listener *listener_at(int id)
     return &g_listeners[id];
 }
 
-int rlb_listener_new(uint32_t token)
+int rlb_listener_new(uint32_t token, uint32_t max_message, uint64_t give_up_ns)
 {
     pthread_mutex_lock(&g_lock);
     int id = -1;
@@ -847,6 +990,8 @@ int rlb_listener_new(uint32_t token)
         memset(&g_listeners[id], 0, sizeof(g_listeners[id]));
         g_listeners[id].used = 1;
         g_listeners[id].token = token;
+        g_listeners[id].max_message = max_message;
+        g_listeners[id].give_up_ns = give_up_ns;
     }
     pthread_mutex_unlock(&g_lock);
     return id >= 0 ? id : fail(EMFILE, "too many listeners");
@@ -868,14 +1013,21 @@ int rlb_listener_add_port(int id, int port)
 }
 
 /* Close the ports of departed memif peers (DPDK has 32 port ids in all) once their teardown is
- * over, or once they have said goodbye long ago and still hold the link up. */
+ * over, or once they have said goodbye long ago and still hold the link up; and retire the port of a
+ * peer that asked for an interface but never said hello. */
 static void reap_ports(struct listener *L, uint64_t now)
 {
     for (int i = 0; i < __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);) {
         int port = L->ports[i];
         struct port *p = &g_ports[port];
-        int ripe = p->retired && (port_quiet(p, now) || now - p->retired_ns > PORT_LINGER_MAX_NS);
-        for (int k = 0; k < L->nlinks && ripe; k++) ripe = g_links[L->links[k]].port != port;
+        int linked = 0;
+        for (int k = 0; k < L->nlinks && !linked; k++) linked = g_links[L->links[k]].port == port;
+        if (p->per_peer && !linked && !p->retired && since(now, p->opened_ns) > L->give_up_ns) {
+            p->retired = 1;
+            p->retired_ns = now;
+            L->counted[S_DROPPED]++;
+        }
+        int ripe = !linked && p->retired && (port_quiet(p, now) || since(now, p->retired_ns) > PORT_LINGER_MAX_NS);
         if (!ripe) { i++; continue; }
         pthread_mutex_lock(&g_lock);
         int n = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
@@ -892,7 +1044,7 @@ static void reap(struct listener *L)
     for (int i = 0; i < L->nlinks;) {
         struct link *lk = &g_links[L->links[i]];
         if (lk->closed && !lk->q_head) {
-            for (int k = 0; k < RLB_STATS_N; k++) L->departed[k] += lk->st[k];
+            for (int k = 0; k < RLB_STATS_N; k++) L->counted[k] += lk->st[k];
             link_free(lk);
             L->links[i] = L->links[--L->nlinks];
         } else {
@@ -957,7 +1109,7 @@ void rlb_listener_stats(int id, uint64_t *out)
 {
     struct listener *L = listener_at(id);
     if (!L) return;
-    memcpy(out, L->departed, sizeof(L->departed));
+    memcpy(out, L->counted, sizeof(L->counted));
     for (int i = 0; i < L->nlinks; i++)
         for (int k = 0; k < RLB_STATS_N; k++) out[k] += g_links[L->links[i]].st[k];
 }
@@ -995,4 +1147,65 @@ void rlb_listener_close(int id)
     pthread_mutex_lock(&g_lock);
     L->used = 0;
     pthread_mutex_unlock(&g_lock);
+}
+
+/* ------------------------------------------------------------------------ raw frames (tests) */
+static struct port *raw_port(int port)
+{
+    if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) { fail(EBADF, "no port %d", port); return NULL; }
+    if (g_ports[port].listener >= 0 || g_ports[port].client_link >= 0) { fail(EBUSY, "port %d carries links", port); return NULL; }
+    return &g_ports[port];
+}
+
+int rlb_raw_frame(int port, int kind, int flags, uint32_t conn, uint32_t token, uint32_t fseq, uint32_t ack,
+                  uint32_t msg_len, uint32_t offset, uint32_t frag_len, const uint8_t *payload, uint32_t payload_len,
+                  uint8_t *out, uint32_t cap)
+{
+    struct port *p = raw_port(port);
+    if (!p) return -EBADF;
+    if (HDR_LEN + (uint64_t)payload_len > cap) return fail(EMSGSIZE, "a frame of %u bytes does not fit in %u", HDR_LEN + payload_len, cap);
+    struct rlb_hdr *h = frame_fill(out, &p->mac, flags & F_TO_LISTENER, payload_len);
+    h->kind = (uint8_t)kind;
+    h->flags = (uint8_t)flags;
+    h->conn = conn;
+    h->token = token;
+    h->fseq = fseq;
+    h->ack = ack;
+    h->msg_len = msg_len;
+    h->offset = offset;
+    h->len = (uint16_t)frag_len;
+    memcpy(h + 1, payload, payload_len);
+    return (int)(HDR_LEN + payload_len);
+}
+
+int rlb_raw_send(int port, const uint8_t *frame, uint32_t len)
+{
+    struct port *p = raw_port(port);
+    if (!p) return -EBADF;
+    if (len > MBUF_ROOM) return fail(EMSGSIZE, "a frame of %u bytes is over %u", len, MBUF_ROOM);
+    struct rte_mbuf *m = rte_pktmbuf_alloc(g_pool);
+    if (!m) return fail(ENOBUFS, "no mbuf free");
+    uint8_t *d = (uint8_t *)rte_pktmbuf_append(m, len);
+    if (!d && len) { rte_pktmbuf_free(m); return fail(EMSGSIZE, "frame too long"); }
+    memcpy(d, frame, len);
+    if (rte_eth_tx_burst(p->pid, 0, &m, 1) == 1) return 1;
+    rte_pktmbuf_free(m);
+    return 0;
+}
+
+int rlb_raw_recv(int port, uint8_t *out, uint32_t cap, int *kind, int *reason)
+{
+    struct port *p = raw_port(port);
+    if (!p) return -EBADF;
+    struct rte_mbuf *m;
+    if (rte_eth_rx_burst(p->pid, 0, &m, 1) != 1) return 0;
+    uint32_t len = rte_pktmbuf_pkt_len(m);
+    const uint8_t *d = rte_pktmbuf_read(m, 0, len < cap ? len : cap, out);
+    if (d && d != out) memcpy(out, d, len < cap ? len : cap);
+    struct rlb_hdr h;
+    const struct rlb_hdr *hp = len >= HDR_LEN ? rte_pktmbuf_read(m, L2L4_LEN, sizeof(h), &h) : NULL;
+    *kind = hp && hp->magic == RLB_MAGIC ? hp->kind : -1;
+    *reason = hp && hp->magic == RLB_MAGIC ? hp->pad : 0;
+    rte_pktmbuf_free(m);
+    return (int)len;
 }

@@ -8,6 +8,11 @@
  * report or a timeout (go-back-N). Every call that waits polls, then yields, then sleeps briefly,
  * so pollers sharing a core do not stall each other.
  *
+ * The receiving side never trusts a frame: a message over the link's max_message bytes is refused
+ * before anything is allocated for it, a message being reassembled holds only the bytes that arrived
+ * (its buffer grows as they do, never to the length the sender claims), and a peer whose frames break
+ * the protocol, claim too much, or stop mid-message is dropped (told why in its goodbye) and counted.
+ *
  * Every function returns >= 0 on success or a negative errno; rlb_last_error() says more. */
 #ifndef RLB_DPDK_H
 #define RLB_DPDK_H
@@ -15,19 +20,32 @@
 
 /* Counters of rlb_link_stats / rlb_listener_stats, in this order: messages_sent messages_received
  * bytes_sent bytes_received lost frames_sent frames_received retransmits acks_sent gap_reports
- * duplicates out_of_order malformed tx_full_waits (rlbench_dpdk.native.STAT_NAMES). */
-#define RLB_STATS_N 14
+ * duplicates out_of_order malformed tx_full_waits refused_oversize dropped_peers refused_peers
+ * (rlbench_dpdk.native.STAT_NAMES). */
+#define RLB_STATS_N 17
+
+/* The wire: frame kinds, header flags, and why a link ended (a goodbye carries C_OVERSIZE, C_MALFORMED
+ * or C_STALLED when its sender dropped the peer; the peer keeps C_PEER_DROPPED + that reason). */
+enum { K_DATA = 1, K_ACK = 2, K_HELLO = 3, K_WELCOME = 4, K_BYE = 5, K_LAST = 5 };
+enum { F_TO_LISTENER = 1, F_GAP = 2, F_ACK_REQ = 4, F_ALL = 7 };
+enum { C_BYE = 1, C_SILENT = 2, C_DOWN = 3, C_OVERSIZE = 4, C_MALFORMED = 5, C_STALLED = 6, C_PEER_DROPPED = 7 };
 
 int rlb_init(const char *eal_args);
 const char *rlb_last_error(void);
 const char *rlb_version(void);
 int rlb_port_count(void);
-int rlb_port_info(int port, char *driver, int driver_cap, uint32_t *mtu, uint32_t *frame_payload, int *link_up);
+/* mtu: the largest IP packet this shim builds on the port; device_mtu: what the ethdev itself reports
+ * (memif's PMD has no MTU of its own and stays at 1500 whatever frames it carries). */
+int rlb_port_info(int port, char *driver, int driver_cap, uint32_t *mtu, uint32_t *frame_payload, int *link_up,
+                  uint32_t *device_mtu);
 
 int rlb_port_open(const char *devargs, uint32_t mtu);
 int rlb_port_close(int port);
 
-int rlb_listener_new(uint32_t token);
+/* max_message: the longest message accepted from any peer; give_up_ns: how long a peer may leave
+ * frames unacknowledged, stop in the middle of a message, or (memif) hold an interface without
+ * saying hello, before it is declared gone. rlb_connect takes the same for its one link. */
+int rlb_listener_new(uint32_t token, uint32_t max_message, uint64_t give_up_ns);
 int rlb_listener_add_port(int listener, int port);
 int64_t rlb_listener_recv(int listener, uint64_t timeout_ns, int *peer, uint8_t **data);
 int rlb_listener_send(int listener, int peer, const uint8_t *const *parts, const uint32_t *lens, int nparts);
@@ -35,7 +53,7 @@ int rlb_listener_peers(int listener, int *out, int cap);
 void rlb_listener_stats(int listener, uint64_t *out);
 void rlb_listener_close(int listener);
 
-int rlb_connect(int port, uint32_t token, uint64_t timeout_ns);
+int rlb_connect(int port, uint32_t token, uint64_t timeout_ns, uint32_t max_message, uint64_t give_up_ns);
 int rlb_send(int link, const uint8_t *const *parts, const uint32_t *lens, int nparts);
 int64_t rlb_recv(int link, uint64_t timeout_ns, uint8_t **data);
 int64_t rlb_request(int link, const uint8_t *const *parts, const uint32_t *lens, int nparts, uint64_t timeout_ns,
@@ -43,6 +61,16 @@ int64_t rlb_request(int link, const uint8_t *const *parts, const uint32_t *lens,
 void rlb_link_stats(int link, uint64_t *out);
 void rlb_link_close(int link);
 
-void rlb_set_timing(uint64_t rto_ns, uint64_t give_up_ns);
+/* Raw frames on a port that carries no link, for tests of what a buggy or hostile peer can send:
+ * rlb_raw_frame builds one frame with the header fields given (they may lie: frag_len is what the
+ * header claims, payload_len what follows it) and returns its length; rlb_raw_send transmits any
+ * bytes as one frame (1 sent, 0 ring full); rlb_raw_recv takes one received frame, returns its length
+ * (0: none) and sets *kind to its rlbench frame kind (-1: not an rlbench frame) and *reason to a
+ * goodbye's reason code. */
+int rlb_raw_frame(int port, int kind, int flags, uint32_t conn, uint32_t token, uint32_t fseq, uint32_t ack,
+                  uint32_t msg_len, uint32_t offset, uint32_t frag_len, const uint8_t *payload, uint32_t payload_len,
+                  uint8_t *out, uint32_t cap);
+int rlb_raw_send(int port, const uint8_t *frame, uint32_t len);
+int rlb_raw_recv(int port, uint8_t *out, uint32_t cap, int *kind, int *reason);
 uint64_t rlb_now_ns(void);
 #endif
