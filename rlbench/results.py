@@ -39,6 +39,22 @@ def result_path(out: str, config: dict[str, Any], started: float) -> Path:
     return path / name.replace("/", "_")
 
 
+def check_writable(out: str) -> None:
+    """Refuse, before a run starts, an --out where its result could not be written (under /proc,
+    below a regular file, a read-only folder): a run must never train and then lose its result."""
+    path = Path(out)
+    folder = path.parent if path.suffix == ".json" else path
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".rlbench-write-check-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise RlbenchError(f"--out {out}: cannot write a result there ({exc.strerror or exc})") from None
+    if path.suffix == ".json" and path.is_dir():
+        raise RlbenchError(f"--out {out}: is a folder; give a folder, or a path ending in .json that is not one")
+
+
 def write(result: dict[str, Any], out: str) -> Path:
     path = result_path(out, result["config"], result["timing"]["started_unix"])
     path.parent.mkdir(parents=True, exist_ok=True)

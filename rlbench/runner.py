@@ -21,7 +21,7 @@ from rlbench.machine_state import watch
 from rlbench.fingerprint import machine_fingerprint
 from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
-from rlbench.results import SCHEMA, write
+from rlbench.results import SCHEMA, check_writable, write
 from rlbench.metrics import Recorder
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, RunContext
 from rlbench.version import __version__
@@ -111,6 +111,8 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     """
     registry = registry or get_registry()
     plan, algorithm, hp = check(config, registry)
+    if config.out:
+        check_writable(config.out)
     call_hook_safely("rlbench_run_configured", config=config)
     total_steps = config.steps if config.steps is not None else hp.total_steps
     budget = Budget(total_steps=total_steps, seconds=config.seconds,
