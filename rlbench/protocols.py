@@ -195,7 +195,12 @@ class Transport(Protocol):
     """A factory `factory(**options)` registered with TransportCapabilities. It may take
     `max_message_bytes=` (at most the registered capability) to work with a lower limit, both ways;
     the instance then has `.max_message_bytes`. `listen(None)` picks a local address (loopback for
-    the kernel transports); `listener.address` is what `connect` takes."""
+    the kernel transports); `listener.address` is what `connect` takes.
+
+    Optional: `listen_address(host) -> str | None`, where to listen so that peers on other hosts reach
+    the listener at `host` (`--bind`, or its node's routable address under a cluster launcher); None
+    means "my default listener"; AddressError when, as configured, it cannot be reached from another
+    host (dpdk's memif port). Without it, a transport that crosses hosts listens on NAME://HOST:0."""
 
     capabilities: TransportCapabilities
 

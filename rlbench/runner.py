@@ -183,8 +183,8 @@ def _steady(stats: LoopStats, t0: float) -> dict[str, float | None]:
     if first is None or last is None or last <= first:
         return {"startup_s": None, "env_steps_per_s": None, "updates_per_s": None}
     window = last - first
-    return {"startup_s": first - t0, "env_steps_per_s": stats.env_steps / window,
-            "updates_per_s": stats.updates / window}
+    return {"startup_s": stats.startup_s if stats.startup_s is not None else first - t0,
+            "env_steps_per_s": stats.env_steps / window, "updates_per_s": stats.updates / window}
 
 
 def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,

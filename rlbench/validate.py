@@ -107,6 +107,10 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
             raise InvalidCombinationError(
                 f"transport {transport.name} stays inside one process, but placement {config.placement} with "
                 f"{config.actors} actor(s) runs roles as separate processes; transports that would work: {works}")
+        if config.bind is not None and not transport.capabilities.crosses_hosts:
+            works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_hosts)
+            raise InvalidCombinationError(f"--bind {config.bind}: transport {transport.name} stays on one host and "
+                                          f"listens where it always does; transports that take --bind: {works}")
         if not transport.capabilities.ordered:
             works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes
                                      and c.capabilities.ordered)
@@ -140,6 +144,24 @@ def _check_launcher(config: RunConfig) -> None:
         raise InvalidCombinationError(f"--place {unknown[0]}=...: roles that can be placed are {', '.join(PLACEABLE_ROLES)}")
     if config.bind is not None and config.placement == "local":
         raise InvalidCombinationError("--bind is for the replay node of a distributed run (--placement server or in-network)")
+
+
+def check_hosts(plan: Plan, registry: Registry, hosts: list[str], unreachable: str = "") -> None:
+    """Roles on different hosts need a transport that crosses hosts: the registered capability, and
+    the transport as this run configures it (`unreachable`: why its listener cannot be reached from
+    another host, e.g. dpdk's memif port). Called by a launcher once it knows where roles will run."""
+    distinct = sorted(set(hosts))
+    if len(distinct) < 2:
+        return
+    transport = plan.transport
+    works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_hosts)
+    spread = f"this run places roles on {len(distinct)} hosts ({', '.join(distinct)})"
+    if not transport.capabilities.crosses_hosts:
+        raise InvalidCombinationError(f"transport {transport.name} stays on one host, but {spread}; "
+                                      f"transports that cross hosts: {works}")
+    if unreachable:
+        raise InvalidCombinationError(f"transport {transport.name} as configured cannot link hosts ({unreachable}), "
+                                      f"but {spread}; transports that cross hosts: {works}")
 
 
 def selected_names(config: RunConfig) -> dict[str, str | None]:

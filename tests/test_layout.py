@@ -19,12 +19,17 @@ EXAMPLES = sorted((REPO / "examples").glob("*/"))
 
 
 def modules_of(root: Path, package: str) -> dict[str, Path]:
-    """Module name -> file, for every module of `package` under `root` (tests excluded)."""
+    """Module name -> file, for every module of `package` under `root`: Python files, and the built C
+    extensions (leaves: they import nothing of the package)."""
     found = {}
     for path in (root / package).rglob("*.py"):
         parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
+        found[".".join(parts)] = path
+    for path in (root / package).rglob("*.so"):
+        parts = list(path.relative_to(root).parts)
+        parts[-1] = parts[-1].split(".")[0]
         found[".".join(parts)] = path
     return found
 
@@ -57,6 +62,8 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
     modules = modules_of(root, package)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
+        if path.suffix == ".so":
+            continue
         for target, _ in imports_of(name, path):
             while target and target not in modules:  # a name imported from a module, or a foreign module
                 target = target.rpartition(".")[0]

@@ -29,6 +29,10 @@ def rlbench_register_transports(register):
     register("udp", "rlbench.builtin.transports.udp:UdpTransport",
              capabilities=caps.UDP,
              description="kernel UDP datagrams with fragmentation, sequence numbers and loss detection")
+    register("ray", "rlbench.builtin.transports.ray_actors:RayTransport",
+             probe="rlbench.builtin.transports.ray_actors:probe",
+             capabilities=caps.RAY,
+             description="Ray actor calls through an inbox actor on the listener's node (the Ray/RLlib baseline)")
 
 
 @hookimpl

@@ -21,6 +21,9 @@ TCP = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=Tr
                             crosses_hosts=True)
 UDP = TransportCapabilities(max_message_bytes=64 * _MiB, reliable=False, ordered=True, crosses_processes=True,
                             crosses_hosts=True)
+RAY = TransportCapabilities(max_message_bytes=32 * _MiB, reliable=True, ordered=True, crosses_processes=True,
+                            crosses_hosts=True)
+RAY_REQUIREMENT = "ray==2.60.0"  # the Ray that --launcher ray and the ray transport are tested with (scripts/setup.sh)
 
 UNIFORM = ReplayCapabilities(prioritized=False)
 PRIORITIZED = ReplayCapabilities(prioritized=True)

@@ -47,6 +47,6 @@ def core_fingerprint() -> dict[str, Any]:
         "cores_usable": affinity,
         "memory_bytes": _memory_bytes(),
         "python": sys.version.split()[0],
-        "packages": {name: _package_version(name) for name in ("rlbench", "numpy", "torch", "gymnasium", "pluggy")},
+        "packages": {name: _package_version(name) for name in ("rlbench", "numpy", "torch", "gymnasium", "pluggy", "ray")},
         "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
     }

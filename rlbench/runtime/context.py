@@ -66,6 +66,7 @@ class LoopStats:
     # perf_counter when the first and the last env step happened: the steady window, start-up excluded
     first_step_t: float | None = None
     last_step_t: float | None = None
+    startup_s: float | None = None  # when the window's clock is another host's: start-up as the launcher saw it
     extra: dict[str, Any] = field(default_factory=dict)
 
 

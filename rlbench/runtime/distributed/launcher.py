@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import multiprocessing
+import platform
 import queue
 import secrets
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -59,9 +61,11 @@ def _linux_process_setup(name: str) -> None:
 def run_role(function: Callable[..., Any] | str, spec: RoleSpec, announce: Callable[[str], None]) -> Any:
     """What every launcher does in a role's process: signals left to the launcher (a scheduler's
     SIGTERM to the process group, or Ctrl-C, reaches the launcher, which stops roles in order), the
-    process named, then the role."""
-    for signum in ROLE_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    process named, then the role. A cluster engine may run the role off the main thread (a Ray
+    actor's); its processes are not in the launcher's process group, so they keep their handlers."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in ROLE_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
     _linux_process_setup(role_process_name(spec.role, spec.index))
     target = load_object(function) if isinstance(function, str) else function
     return target(spec, announce=announce)
@@ -74,6 +78,21 @@ def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any
         results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
         raise SystemExit(1) from None
     results.put((spec.role, spec.index, "ok", report))
+
+
+def listen_address(transport: Any, name: str, host: str) -> str | None:
+    """Where a server role listens so that peers reach it at `host` (an IP or host name, `--bind` or
+    its node's routable address). The rule for every transport: its own `listen_address(host)` when it
+    defines one (returning None for "my default listener": e.g. dpdk's wire ports, placed by the
+    --dpdk-port interface; raising AddressError when, as configured, it cannot be reached from another
+    host); otherwise NAME://HOST:0 (any free port) for a transport that crosses hosts, whose addresses
+    are HOST:PORT; otherwise None: a one-host transport listens where it always does."""
+    own = getattr(transport, "listen_address", None)
+    if own is not None:
+        return own(host)
+    if not transport.capabilities.crosses_hosts:
+        return None
+    return f"{name}://{f'[{host}]' if ':' in host else host}:0"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -122,6 +141,10 @@ class Launcher(Protocol):
     def stop_all(self, grace: float = GRACE_S) -> None: ...
 
     def close(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """For the result: the launcher, and where each role ran ({"roles": {name: {"host": ...}}})."""
+        ...
 
 
 class LocalLauncher:
@@ -182,6 +205,9 @@ class LocalLauncher:
             return one_line(payload)
         return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
 
+    def describe(self) -> dict[str, Any]:
+        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles}}
+
     def close(self) -> None:
         """Release the queues' pipes and semaphores (after `collect`)."""
         for channel in (self.results, self.announcements):
@@ -225,18 +251,20 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options,
                     secret=secret)
     base.config["replay"] = plan.replay.name
-    launcher = launcher or LocalLauncher()
+    transport = plan.transport.create(**plan.options.get("transport", {}))
+    launcher = launcher or make_launcher(config, plan, transport)  # a cluster's pre-flight refuses here
+    started, first_progress = time.perf_counter(), None
     failures: list[str] = []
     stop_reason = ""
     final_weights, weights_version, node_report, last_state = None, -1, None, None
     control = None
     try:
-        node = launcher.start(dataclasses.replace(base, role="replay"))
+        bound = listen_address(transport, plan.transport.name, config.bind) if config.bind else None
+        node = launcher.start(dataclasses.replace(base, role="replay", address=bound or ""))
         address = launcher.wait_address(node)
         learner = launcher.start(dataclasses.replace(base, role="learner", address=address))
         actors = [launcher.start(dataclasses.replace(base, role="actor", address=address, index=i))
                   for i in range(config.actors)]
-        transport = plan.transport.create(**plan.options.get("transport", {}))
         control = Channel(transport.connect(address, timeout=REQUEST_TIMEOUT_S),
                           reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
         control.authenticate("launcher", 0, secret)
@@ -255,6 +283,8 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 stop_reason = _lost_node(launcher, node, exc)
                 break
             budget.progress(last_state["produced"])
+            if first_progress is None and last_state["produced"]:
+                first_progress = time.perf_counter() - started  # start-up, on this host's clock (within a poll)
             if last_state["finished"]:
                 break
             if not learner.alive() and learner.exitcode != 0:
@@ -288,13 +318,39 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
             control.close()
         launcher.stop_all()
     outcomes = launcher.collect()
+    where = launcher.describe()
     launcher.close()
     if node_report is None and outcomes.get("replay", ("", None))[0] == "ok":
         node_report = outcomes["replay"][1]
     for name, (status, payload) in outcomes.items():
         if status == "error" and not any(f.startswith(name) for f in failures):
             failures.append(f"{name} failed: {one_line(payload)}")
-    return _merge(outcomes, node_report, last_state, final_weights, weights_version, failures, stop_reason)
+    outcome = _merge(outcomes, node_report, last_state, final_weights, weights_version, failures, stop_reason)
+    outcome.stats.startup_s = first_progress
+    _record_where(outcome, where)
+    return outcome
+
+
+# Launchers other than local, as lazy references (a cluster engine is imported only when chosen):
+# each is called with (config, plan, transport) and runs its pre-flight before returning.
+CLUSTER_LAUNCHERS = {"ray": "rlbench.runtime.distributed.ray_launcher:RayLauncher.prepare"}
+
+
+def make_launcher(config: Any, plan: Any, transport: Any) -> Launcher:
+    """The launcher `config.launcher` names."""
+    if config.launcher == "local":
+        return LocalLauncher()
+    return load_object(CLUSTER_LAUNCHERS[config.launcher])(config, plan, transport)
+
+
+def _record_where(outcome: DistributedOutcome, where: dict[str, Any]) -> None:
+    """Each role's host (and node, on a cluster) in its role entry; the launcher's own facts beside."""
+    for name, place in where.get("roles", {}).items():
+        if name in outcome.roles:
+            outcome.roles[name].update(place)
+        else:  # started, but it never reported (its node was lost): where it was is still known
+            outcome.roles[name] = dict(place, reported=False)
+    outcome.stats.extra["launcher"] = {k: v for k, v in where.items() if k != "roles"}
 
 
 def _lost_node(launcher: Launcher, node: RoleHandle, exc: Exception) -> str:
@@ -344,6 +400,7 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
     learner = reports.get("learner", {})
     stats = LoopStats(env_steps=counted["produced"], updates=learner.get("updates", 0), samples=learner.get("samples", 0))
     if node_report:
+        stats.first_step_t, stats.last_step_t = node_report.get("first_insert_t"), node_report.get("last_insert_t")
         stats.extra["steady_env_steps_per_s"] = node_report["steady_env_steps_per_s"]
         stats.extra["rate_limiter"] = node_report["rate_limiter"]
         stats.extra["queue_depths"] = node_report["queue_depths"]

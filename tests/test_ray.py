@@ -1,0 +1,267 @@
+"""`--launcher ray` on a Ray cluster of three nodes on this machine (one cluster for the module):
+roles placed on different nodes, placements refused before anything starts, the per-run secret
+(a client without it is refused and counted; the secret is in no log or result), the `ray`
+transport, `rlbench ray nodes`, and Ray never imported where it is not used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ray_support import local_cluster, node_of_resource, ray_unavailable
+from support import REPO
+from rlbench.config import RunConfig
+from rlbench.errors import InvalidCombinationError
+from rlbench.runner import run
+
+pytestmark = pytest.mark.skipif(ray_unavailable() is not None, reason=str(ray_unavailable()))
+
+SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
+MARKER = b"rlbench-test-secret-MARKER-0123"  # the run's secret in the secret test: 31 bytes + 1
+ROGUE = r"""
+import json, sys, numpy as np
+from rlbench.plugins import get_registry
+from rlbench.runtime.distributed import messages
+from rlbench.runtime.distributed.channel import Channel, RemoteError
+from rlbench.runtime.distributed.messages import Op
+
+transport = get_registry().get("transport", "tcp").create()
+said = {}
+channel = Channel(transport.connect(sys.argv[1]))
+op, arrays = channel.request(Op.HELLO, {"role": messages.text("actor"), "index": np.int64(0),
+                                        "nonce": np.frombuffer(b"n" * messages.NONCE_BYTES, np.uint8)})
+said["hello"] = op.name
+for step, request in (("auth", (Op.AUTH, {"proof": np.zeros(messages.PROOF_BYTES, np.uint8)})),
+                      ("insert_after", (Op.STATUS, None))):
+    try:
+        said[step] = channel.request(*request)[0].name
+    except RemoteError as exc:
+        said[step] = str(exc)
+channel.close()
+silent = Channel(transport.connect(sys.argv[1]))
+try:
+    said["no_hello"] = silent.request(Op.STATUS)[0].name
+except RemoteError as exc:
+    said["no_hello"] = str(exc)
+silent.close()
+print(json.dumps(said))
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster() as started:
+        yield started
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(cluster):
+    """After each test, no role's actor is left on any node and every CPU is free again."""
+    import ray
+
+    yield
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("rlbench-")]
+        free = ray.available_resources().get("CPU", 0) == ray.cluster_resources().get("CPU")
+        if not named and free:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"left running on the cluster: {named}, CPUs free {ray.available_resources().get('CPU')}")
+
+
+def ray_config(cluster, **kw) -> RunConfig:
+    fields = dict(launcher="ray", ray_address=cluster.address, placement="server", transport="tcp", actors=2,
+                  steps=800, eval_episodes=1, hyperparameters=dict(SHORT))
+    fields.update(kw)
+    return RunConfig(**fields)
+
+
+@pytest.mark.parametrize("placement", ["server", "in-network"])
+def test_a_dqn_run_puts_replay_learner_and_actors_on_three_nodes(cluster, placement):
+    import ray
+
+    from rlbench.results import render
+
+    explicit = placement == "server"  # the other run is placed by default: spread over the nodes
+    place = {"replay": "rlb_a", "learner": "rlb_b", "actors": ["rlb_c"]} if explicit else {}
+    result = run(ray_config(cluster, placement=placement, place=place))
+    assert result["status"] == "complete", result["status_reason"]
+    accounting = result["accounting"]
+    assert accounting["balanced"] and accounting["dropped"] == 0 and accounting["produced"] >= 800
+    roles = result["loop"]["roles"]
+    nodes = {name: roles[name]["node"] for name in ("replay", "learner", "actor-0", "actor-1")}
+    if explicit:
+        assert nodes == {"replay": node_of_resource("rlb_a"), "learner": node_of_resource("rlb_b"),
+                         "actor-0": node_of_resource("rlb_c"), "actor-1": node_of_resource("rlb_c")}
+    assert len({nodes["replay"], nodes["learner"], nodes["actor-0"]}) == 3, nodes
+    for name in nodes:
+        assert roles[name]["link"]["bytes_sent"] > 0 and roles[name]["link"]["messages_sent"] > 0, name
+        assert roles[name]["host"]  # the node's IP
+    launcher = result["loop"]["launcher"]
+    assert launcher["name"] == "ray" and launcher["ray_version"] == ray.__version__
+    assert set(launcher["nodes"]) == set(nodes.values())
+    for node in launcher["nodes"].values():  # each node's own fingerprint: CPU, plugins
+        assert node["fingerprint"]["cpu"] and "plugins" in node["fingerprint"]
+    assert 0 < launcher["startup_s"] < 120
+    shown = render(result)
+    assert f"ray {ray.__version__}" in shown
+    for node_id in nodes.values():
+        assert node_id[:12] in shown
+
+
+def test_impossible_placements_are_refused_before_anything_starts(cluster):
+    import ray
+
+    from rlbench.plugins import get_registry
+    from rlbench.runtime.distributed.ray_launcher import alive_nodes, plan_placement
+    from rlbench.validate import validate
+
+    with pytest.raises(InvalidCombinationError, match=r"has 2 CPUs, but the roles placed there need 3 \(actor-0, "
+                                                      r"actor-1, actor-2"):
+        run(ray_config(cluster, actors=3, place={"actors": ["rlb_c"]}))
+    with pytest.raises(InvalidCombinationError, match=r"--place replay=rlb_bb: no alive node .* did you mean 'rlb_b'"):
+        run(ray_config(cluster, place={"replay": "rlb_bb"}))
+    # A learner on CUDA needs a GPU node; none of these has one (the gpu plugin's real capabilities).
+    registry = get_registry()
+    plan = validate(RunConfig(placement="server", transport="tcp"), registry)
+    plan.compute = registry.get("compute", "gpu")
+    with pytest.raises(InvalidCombinationError, match=r"learner needs a node with a GPU .* has none"):
+        plan_placement(ray_config(cluster), plan, alive_nodes(ray))
+
+
+def test_a_transport_that_stays_on_one_host_is_refused_across_hosts():
+    from rlbench.plugins import get_registry
+    from rlbench.runtime.distributed.launcher import listen_address
+    from rlbench.validate import check_hosts, validate
+
+    registry = get_registry()
+    plan = validate(RunConfig(placement="server", transport="shm"), registry)
+    check_hosts(plan, registry, ["10.0.0.1", "10.0.0.1"])  # one host: shm is fine
+    with pytest.raises(InvalidCombinationError, match=r"transport shm stays on one host, but this run places roles "
+                                                      r"on 2 hosts \(10.0.0.1, 10.0.0.2\); transports that cross hosts: "
+                                                      r"tcp, udp, ray"):
+        check_hosts(plan, registry, ["10.0.0.1", "10.0.0.2"])
+    assert listen_address(registry.get("transport", "tcp").create(), "tcp", "10.0.0.1") == "tcp://10.0.0.1:0"
+    dpdk = registry.get("transport", "dpdk") if "dpdk" in registry.names("transport") else None
+    if dpdk is not None and dpdk.probe().available:  # memif is a port between processes of one host
+        from rlbench.kit.framing import AddressError
+
+        with pytest.raises(AddressError, match="memif"):
+            listen_address(dpdk.create(port="memif"), "dpdk", "10.0.0.1")
+
+
+def test_a_client_without_the_secret_is_refused_and_counted_and_the_secret_is_never_written(cluster, monkeypatch):
+    import ray
+
+    from rlbench.runtime.distributed import launcher
+
+    monkeypatch.setattr(launcher.secrets, "token_bytes", lambda n: (MARKER + b"!")[:n])
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.update(result=run(ray_config(cluster, steps=4000, actors=1))))
+    runner.start()
+    try:
+        address = _replay_address(ray, deadline=time.monotonic() + 90)
+        rogue = subprocess.run([sys.executable, "-c", ROGUE, address], capture_output=True, text=True, timeout=60,
+                               cwd=REPO)
+        assert rogue.returncode == 0, rogue.stderr
+        said = json.loads(rogue.stdout.strip().splitlines()[-1])
+    finally:
+        runner.join(240)
+    assert said["hello"] == "CHALLENGE"
+    assert "authentication failed" in said["auth"]
+    assert "refused" in said["insert_after"] and "before authentication" in said["no_hello"]
+    result = outcome["result"]
+    assert result["status"] == "complete", result["status_reason"]
+    assert result["counters"]["replay.auth_failed"] >= 1 and result["counters"]["replay.unauthenticated"] >= 1
+    accounting = result["accounting"]
+    assert accounting["balanced"] and accounting["dropped"] == 0 and accounting["stored"] == accounting["produced"]
+    # The secret went to the roles through Ray: it is in no result and in none of Ray's logs.
+    written = json.dumps(result, default=str).encode()
+    session = Path(ray._private.worker.global_worker.node.get_session_dir_path())
+    for form in (MARKER, MARKER.hex().encode()):
+        assert form not in written
+        for log in (session / "logs").rglob("*"):
+            if log.is_file():
+                assert form not in log.read_bytes(), f"the run's secret is in {log}"
+
+
+def _replay_address(ray, deadline: float) -> str:
+    """The replay node's address, from its role actor (named rlbench-<run>-replay)."""
+    while time.monotonic() < deadline:
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["name"].startswith("rlbench-") and actor["name"].endswith("-replay"):
+                handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+                address = ray.get(handle.announced.remote(30))
+                if address:
+                    return address
+        time.sleep(0.1)
+    raise AssertionError("the replay node never listened")
+
+
+def test_the_ray_transport_passes_the_conformance_kit(cluster):
+    from rlbench.builtin.transports.ray_actors import RayTransport
+    from rlbench.testing import check_transport
+
+    check_transport(RayTransport, timeout=30, sizes=(0, 1, 64, 4095, 65537, 1 << 20))
+
+
+def test_a_run_over_the_ray_transport_carries_every_transition(cluster):
+    # Roles on different nodes talk through Ray actor calls; the replay node's last replies (its
+    # report, SHUTDOWN's OK) still reach the launcher as its inbox closes.
+    result = run(ray_config(cluster, transport="ray", actors=1, steps=600,
+                            place={"replay": "rlb_a", "learner": "rlb_b", "actors": ["rlb_c"]}))
+    assert result["status"] == "complete", result["status_reason"]
+    accounting = result["accounting"]
+    assert accounting["balanced"] and accounting["dropped"] == 0 and accounting["produced"] >= 600
+    assert result["latency"]["replay.SAMPLE"]["count"] > 0
+
+
+def test_ray_nodes_lists_each_node_its_resources_and_components(cluster):
+    from click.testing import CliRunner
+
+    from rlbench.ray_cli import ray_group
+
+    done = CliRunner().invoke(ray_group, ["nodes", "--ray-address", cluster.address, "--json"])
+    assert done.exit_code == 0, done.output
+    nodes = json.loads(done.output)
+    assert {n["node_id"] for n in nodes} == {node_of_resource(r) for r in ("rlb_a", "rlb_b", "rlb_c")}
+    for node in nodes:
+        assert node["resources"]["CPU"] == 2
+        assert node["components"]["transport"]["tcp"]["available"]
+        assert node["components"]["algorithm"]["dqn"]["available"]
+    shown = CliRunner().invoke(ray_group, ["nodes", "--ray-address", cluster.address])
+    assert shown.exit_code == 0 and "rlb_b" in shown.output and "tcp" in shown.output
+
+
+def test_ray_is_not_imported_by_import_rlbench_list_or_a_local_run():
+    script = ("import sys\n"
+              "import rlbench\n"
+              "from rlbench.cli import cli\n"
+              "from click.testing import CliRunner\n"
+              "assert CliRunner().invoke(cli, ['list']).exit_code == 0\n"
+              "from rlbench.runner import run\n"
+              "from rlbench.config import RunConfig\n"
+              "r = run(RunConfig(placement='server', transport='tcp', steps=300, eval_episodes=1,\n"
+              "                  hyperparameters={'learning_starts': 100, 'batch_size': 32}))\n"
+              "assert r['status'] == 'complete' and r['loop']['launcher']['name'] == 'local'\n"
+              "print('ray' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_the_set_up_installs_the_pinned_ray_and_the_probe_names_it():
+    import ray
+
+    from rlbench.builtin.capabilities import RAY_REQUIREMENT
+
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert f'"{RAY_REQUIREMENT}"' in setup
+    assert RAY_REQUIREMENT == f"ray=={ray.__version__}"
