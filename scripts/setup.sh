@@ -36,6 +36,7 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 for plugin in plugins/*/ examples/*/; do
   if [ -f "$plugin/pyproject.toml" ]; then "${PIP[@]}" -e "$plugin"; fi
 done
+"${PIP[@]}" -e "plugins/upmem[bench]"  # numba: the peer `rlbench upmem bench` prints beside the emulator
 # Optional: Intel's FPGA emulator (an OpenCL ACCELERATOR with channels) for the fpga plugin.
 if [ "${RLBENCH_FPGA_EMULATOR:-0}" = 1 ]; then "${PIP[@]}" -e "plugins/fpga[emulator]"; fi
 "$VENV/bin/rlbench" list >/dev/null

@@ -13,11 +13,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlbench.errors import RlbenchError
+from rlbench_upmem.capabilities import CAPABILITIES, TABULAR_ONLY, fingerprint
 from rlbench_upmem.emulator import (DEFAULT_SCALE, DEFAULT_TASKLETS, NUMERICS, PARTITIONS, DpuBudget, PimSystem,
                                     check_step, choose, run_offline)
-from rlbench_upmem.plugin import CAPABILITIES
-
-TABULAR_ONLY = "upmem runs tabular algorithms only: " + CAPABILITIES.does_not
+from rlbench_upmem.hardware import dpu_count
 
 
 class UpmemCompute:
@@ -26,12 +25,10 @@ class UpmemCompute:
     def __init__(self, dpus: int = 64, numeric: str = "fp32", partition: str = "contiguous",
                  fixed_point_scale: int = DEFAULT_SCALE, tasklets: int = DEFAULT_TASKLETS,
                  sync_every: int | None = 1, seed: int = 0) -> None:
-        self.settings = {"dpus": dpus, "numeric": choose(numeric, NUMERICS, "numeric"),
+        self.settings = {"dpus": dpu_count(dpus), "numeric": choose(numeric, NUMERICS, "numeric"),
                          "partition": choose(partition, PARTITIONS, "partition"), "scale": fixed_point_scale,
                          "tasklets": tasklets, "sync_every": sync_every, "seed": seed}
         PimSystem(1, 1, 1, tasklets=tasklets, numeric=numeric, scale=fixed_point_scale)  # refuses bad settings now
-        if not isinstance(dpus, int) or dpus < 1:
-            raise RlbenchError(f"--dpus must be a positive integer, got {dpus!r}")
 
     def torch_device(self) -> Any:
         raise RlbenchError(TABULAR_ONLY)
@@ -44,9 +41,7 @@ class UpmemCompute:
         return UpmemTabular(n_states, n_actions, **self.settings)
 
     def fingerprint(self) -> dict[str, Any]:
-        from rlbench_upmem.plugin import rlbench_fingerprint
-
-        return rlbench_fingerprint() | {"settings": dict(self.settings)}
+        return fingerprint() | {"settings": dict(self.settings)}
 
 
 class UpmemTabular:
@@ -60,11 +55,20 @@ class UpmemTabular:
         DpuBudget(0, n_states * n_actions, tasklets).check()  # a table that cannot fit WRAM is refused now
         self.q = np.zeros((n_states, n_actions), dtype=np.float64)
         self._online: PimSystem | None = None
+        self._offline: PimSystem | None = None
         self.report_int32_error = True  # int32 fits re-run the partition in fp32 to report the error
 
     def _system(self, dpus: int, numeric: str | None = None) -> PimSystem:
         return PimSystem(dpus, self.n_states, self.n_actions, tasklets=self.tasklets,
                          numeric=numeric or self.numeric, scale=self.scale)
+
+    def _offline_system(self, numeric: str) -> PimSystem:
+        """The DPU set of offline fits, kept from one fit to the next as a host program keeps its
+        dpu_set allocated: later fits scatter into the same MRAM images. One numeric at a time."""
+        if self._offline is None or self._offline.numeric != numeric:
+            self._offline = None  # frees the other numeric's MRAM before allocating
+            self._offline = self._system(self.dpus, numeric)
+        return self._offline
 
     def update(self, batch: Mapping[str, np.ndarray], *, rule: str, alpha: float, gamma: float) -> None:
         check_step(rule, alpha, gamma)
@@ -74,9 +78,7 @@ class UpmemTabular:
             self._online = self._system(1)
         if self._online.scatter(batch) == 0:  # validated; an empty batch changes nothing
             return
-        self._online.broadcast(self.q)
-        self._online.launch(rule, alpha, gamma, 1)
-        self.q[...] = self._online.gather_and_aggregate(self.q)[0]
+        self.q[...] = self._online.run_round(self.q, rule, alpha, gamma, 1)[0]
 
     def fit_offline(self, dataset: Mapping[str, np.ndarray], *, rule: str, alpha: float, gamma: float,
                     epochs: int) -> dict[str, Any]:
@@ -84,11 +86,10 @@ class UpmemTabular:
 
         arrays = getattr(dataset, "arrays", dataset)  # an rlbench.datasets.Dataset or its arrays
         start = self.q.copy()
-        system = self._system(self.dpus)
+        system = self._offline_system(self.numeric)
         q, measured = run_offline(system, arrays, start, rule=rule, alpha=alpha, gamma=gamma, epochs=epochs,
                                   partition_strategy=self.partition, seed=self.seed, sync_every=self.sync_every)
         chunks = system.chunk_sizes()
-        del system  # frees the emulated MRAM before any second system is built
         modelled = predict(rule=rule, numeric=self.numeric, scale=self.scale, dpus=self.dpus, tasklets=self.tasklets,
                            chunk_records=int(chunks.max()), total_records=int(chunks.sum()), n_states=self.n_states,
                            n_actions=self.n_actions, epochs=epochs, rounds=measured["rounds"])
@@ -111,7 +112,7 @@ class UpmemTabular:
     def _int32_error(self, arrays: Mapping[str, np.ndarray], start: np.ndarray, q_int32: np.ndarray, **fit: Any
                      ) -> dict[str, Any]:
         """Re-run the same partition in FP32 and report how far the fixed-point table is from it."""
-        system = self._system(self.dpus, "fp32")
+        system = self._offline_system("fp32")
         q_fp32, _ = run_offline(system, arrays, start, partition_strategy=self.partition, seed=self.seed,
                                 sync_every=self.sync_every, **fit)
         error = np.abs(q_int32 - q_fp32)

@@ -7,16 +7,31 @@ from pathlib import Path
 import click
 
 from rlbench.errors import RlbenchError
+from rlbench_upmem.hardware import MAX_DPUS, dpu_count
+
+ROUNDS, SECONDS_PER_ROUND = 5, 0.25  # `upmem bench`: about 2.5 s of interleaved timing
 
 
-def _dpu_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
+class DpuCount(click.ParamType):
+    """--dpus: hardware.dpu_count's one-line refusal as a usage error (exit 2)."""
+
+    name = "dpus"
+
+    def convert(self, value, param, ctx):
+        try:
+            return dpu_count(value)
+        except RlbenchError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _dpu_list(_ctx: click.Context, _param: click.Parameter, text: str) -> list[int]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() for part in parts):
         raise click.BadParameter(f"expected comma-separated integers like 64,128,256, got {text!r}")
-    if not values or min(values) < 1:
-        raise click.BadParameter("DPU counts must be positive integers")
-    return values
+    try:
+        return [dpu_count(part) for part in parts]
+    except RlbenchError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.group()
@@ -42,7 +57,8 @@ def _workload(fn):
 @upmem.command()
 @click.option("--algo", type=click.Choice(["qlearning", "sarsa"]), default="qlearning", show_default=True)
 @_workload
-@click.option("--dpus", "dpus_text", default="64,128,256,512,1024,2048", show_default=True)
+@click.option("--dpus", "dpus_list", default="64,128,256,512,1024,2048", show_default=True, callback=_dpu_list,
+              help=f"comma-separated DPU counts, each at most {MAX_DPUS:,}")
 @click.option("--epochs", type=int, default=10, show_default=True)
 @click.option("--alpha", type=float, default=0.1, show_default=True)
 @click.option("--gamma", type=float, default=0.99, show_default=True)
@@ -53,13 +69,13 @@ def _workload(fn):
 @click.option("--sync-every", type=int, default=1, show_default=True, help="epochs between host aggregations")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="output folder [default: upmem-scale-<env>-<algo>]")
-def scale(algo, env_id, size, behaviour, seed, numeric, dpus_text, epochs, alpha, gamma, partition, tasklets, scale,
+def scale(algo, env_id, size, behaviour, seed, numeric, dpus_list, epochs, alpha, gamma, partition, tasklets, scale,
           sync_every, out):
-    """Strong scaling over DPU counts: emulated time, modelled UPMEM time, CPU baseline, speed-up, efficiency."""
+    """Strong scaling over DPU counts: emulator and CPU times [measured], UPMEM times and efficiency [modelled]."""
     from rlbench_upmem.scale import ascii_chart, format_table, run_scale, write_outputs
 
     try:
-        result = run_scale(algo=algo, env_id=env_id, dpus_list=_dpu_list(dpus_text), size=size, behaviour=behaviour,
+        result = run_scale(algo=algo, env_id=env_id, dpus_list=dpus_list, size=size, behaviour=behaviour,
                            seed=seed, epochs=epochs, alpha=alpha, gamma=gamma, numeric=numeric, partition=partition,
                            tasklets=tasklets, scale=scale, sync_every=sync_every)
     except RlbenchError as exc:
@@ -74,18 +90,22 @@ def scale(algo, env_id, size, behaviour, seed, numeric, dpus_text, epochs, alpha
 
 @upmem.command()
 @_workload
-@click.option("--dpus", type=int, default=1024, show_default=True)
+@click.option("--dpus", type=DpuCount(), default=1024, show_default=True, help=f"at most {MAX_DPUS:,}")
 @click.option("--epochs", type=int, default=5, show_default=True)
 @click.option("--algo", "rule", type=click.Choice(["qlearning", "sarsa"]), default="qlearning", show_default=True)
 @click.option("--python-updates", type=int, default=1_000_000, show_default=True,
               help="updates the plain Python loop runs (its rate is per update)")
-def bench(env_id, size, behaviour, seed, numeric, dpus, epochs, rule, python_updates):
-    """Emulator updates/s beside a numpy lock-step and a plain Python loop, and its memory ratio."""
+@click.option("--rounds", type=click.IntRange(min=1), default=ROUNDS, show_default=True,
+              help="rounds in which the emulator and numba take turns (medians are compared)")
+@click.option("--seconds", type=click.FloatRange(min=0.001), default=SECONDS_PER_ROUND, show_default=True,
+              help="measuring time of each in a round")
+def bench(env_id, size, behaviour, seed, numeric, dpus, epochs, rule, python_updates, rounds, seconds):
+    """Emulator updates/s beside a numba single-table loop, a numpy lock-step and plain Python; its memory."""
     from rlbench_upmem.bench import format_bench, run_bench
 
     try:
         result = run_bench(env_id=env_id, size=size, behaviour=behaviour, seed=seed, dpus=dpus, epochs=epochs,
-                           rule=rule, numeric=numeric, python_updates=python_updates)
+                           rule=rule, numeric=numeric, python_updates=python_updates, rounds=rounds, seconds=seconds)
     except RlbenchError as exc:
         raise click.ClickException(str(exc))
     click.echo(format_bench(result))

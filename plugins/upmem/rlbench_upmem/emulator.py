@@ -2,13 +2,15 @@
 
 What is emulated (and really executed):
 - DPUs grouped in ranks of 64; each DPU has a 64 MB MRAM and a 64 KB WRAM budget and 1..24 tasklets.
-- host -> DPU scatter: the dataset is partitioned (contiguous, stride or random) and each DPU's chunk
-  is packed into 16-byte records in its MRAM, in the order that DPU will process it.
-- the DPU program (C, `_pim.run`): Q-table and seen flags loaded into WRAM, the chunk streamed through
-  per-tasklet DMA buffers, every update applied in chunk order (exact per-DPU sequential semantics),
-  FP32 or INT32 fixed point (integer arithmetic only: the DPU has no FPU).
-- DPU -> host gather, rank by rank, and host aggregation: Q(s, a) becomes the mean over the DPUs that
-  updated (s, a); a pair no DPU updated keeps its previous host value (zero before any training).
+- host -> DPU scatter (C, `_pim.pack`): the dataset is partitioned (contiguous, stride or random) and
+  each DPU's chunk is packed into 16-byte records in its MRAM, in the order that DPU will process it;
+  values the program cannot use are refused in the same pass.
+- a round (C, `_pim.round`), driven rank by rank: the host table broadcast to every DPU's MRAM; the
+  DPU program: Q-table and seen flags loaded into WRAM, the chunk streamed through per-tasklet DMA
+  buffers, every update applied in chunk order (exact per-DPU sequential semantics), FP32 or INT32
+  fixed point (integer arithmetic only: the DPU has no FPU), WRAM written back to MRAM; the gather of
+  every DPU's table and host aggregation: Q(s, a) becomes the mean over the DPUs that updated (s, a);
+  a pair no DPU updated keeps its previous host value (zero before any training).
 - synchronisation every `sync_every` epochs: the host broadcasts the aggregated table back to every
   DPU and the DPUs go on from it; `sync_every=None` (or >= epochs) aggregates once, at the end.
 
@@ -27,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rlbench.errors import RlbenchError
-from rlbench_upmem.hardware import UPMEM, DpuHardware, MiB, KiB
+from rlbench_upmem.hardware import UPMEM, DpuHardware, KiB, MiB, dpu_count
 
 PARTITIONS = ("contiguous", "stride", "random")
 NUMERICS = ("fp32", "int32")
@@ -42,6 +44,7 @@ RECORD = {numeric: np.dtype([(name, kind or ("<f4" if numeric == "fp32" else "<i
           for numeric in NUMERICS}
 RECORD_BYTES = RECORD["fp32"].itemsize
 DATASET_FIELDS = ("obs", "action", "reward", "next_obs", "next_action", "done")
+INDEX_FIELDS = ("obs", "action", "next_obs", "next_action")  # in the order pim.c's pack takes them
 
 
 class WorkloadDoesNotFitError(RlbenchError):
@@ -117,8 +120,7 @@ class PimSystem:
     def __init__(self, dpus: int, n_states: int, n_actions: int, *, tasklets: int = DEFAULT_TASKLETS,
                  numeric: str = "fp32", scale: int = DEFAULT_SCALE, hardware: DpuHardware = UPMEM) -> None:
         choose(numeric, NUMERICS, "numeric")
-        if not isinstance(dpus, int) or dpus < 1:
-            raise RlbenchError(f"--dpus must be a positive integer, got {dpus!r}")
+        dpus = dpu_count(dpus, hardware)
         if not 1 <= tasklets <= hardware.max_tasklets:
             raise RlbenchError(f"--tasklets must be between 1 and {hardware.max_tasklets}, got {tasklets}")
         if not 1 <= n_actions <= 255:
@@ -135,35 +137,41 @@ class PimSystem:
         self.records = np.zeros(0, dtype=RECORD[numeric])
         self.offsets = np.zeros(dpus + 1, dtype=np.int64)
         self.saturations = 0
+        self.unseen_pairs: int | None = None  # pairs no DPU updated in the last round gathered
 
     # -- host -> DPU --------------------------------------------------------------------------------
     def scatter(self, dataset: Mapping[str, np.ndarray], strategy: str = "contiguous", seed: int = 0) -> int:
         """Partition the dataset and write each DPU's chunk into its MRAM. Returns bytes moved."""
-        n = _validate(dataset, self.n_states, self.n_actions)
+        from rlbench_upmem import _pim
+
+        arrays = _check_layout(dataset)
+        n = arrays["obs"].shape[0]
         order, offsets = partition(n, self.dpus, strategy, seed)
         budget = DpuBudget(int(np.max(np.diff(offsets))), self.n_states * self.n_actions, self.tasklets, self.hardware)
         budget.check()
-        records = np.zeros(n, dtype=RECORD[self.numeric])
-        for name in DATASET_FIELDS:
-            if name not in dataset:  # next_action, for Q-learning
-                continue
-            source = np.asarray(dataset[name])
-            if name == "reward" and self.numeric == "int32":
-                source = self.to_fixed(source, "reward")
-            if order is None:
-                records[name] = source
-            elif source.dtype != records.dtype[name]:
-                records[name] = source[order]
-            else:
-                np.take(source, order, out=records[name], mode="clip")  # mode clip: no buffered copy
-        self.records, self.offsets = records, offsets
-        return records.nbytes
-
-    def broadcast(self, q_host: np.ndarray) -> int:
-        """Every DPU starts from the host's table; seen flags cleared. Returns bytes moved."""
-        self.q_mram[...] = q_host.astype(np.float32) if self.numeric == "fp32" else self.to_fixed(q_host, "Q")
-        self.seen_mram.fill(0)
-        return self.q_mram.nbytes
+        # Ids are packed as int32: others are range-checked before they are narrowed.
+        _check_values(arrays, self.n_states, self.n_actions,
+                      tuple(name for name in INDEX_FIELDS if name in arrays and arrays[name].dtype != np.int32))
+        ids = [np.ascontiguousarray(arrays[name], dtype=np.int32) if name in arrays else np.zeros(0, np.int32)
+               for name in INDEX_FIELDS]
+        if self.numeric == "int32":
+            _check_values(arrays, self.n_states, self.n_actions, ("reward",))
+            reward = self.to_fixed(arrays["reward"], "reward")
+        else:
+            with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, which pack refuses
+                reward = np.ascontiguousarray(arrays["reward"], dtype=np.float32)
+        done = arrays["done"] if arrays["done"].dtype in (np.uint8, np.bool_) else arrays["done"] != 0
+        if self.records.shape[0] != n:  # the MRAM images are reused from one scatter to the next
+            self.records = np.empty(n, dtype=RECORD[self.numeric])
+        self.offsets = np.zeros(self.dpus + 1, dtype=np.int64)  # no chunk is valid until the pack succeeds
+        bad = _pim.pack(self.records, np.zeros(0, np.int64) if order is None else order, *ids, reward,
+                        np.ascontiguousarray(done).view(np.uint8), self.n_states, self.n_actions,
+                        self.numeric == "fp32")
+        if bad:  # pim.c found a value the program cannot use: say which, and what was found
+            _check_values(arrays, self.n_states, self.n_actions)
+            raise RlbenchError("dataset['reward'] holds values beyond float32's range")  # finite only in float64
+        self.offsets = offsets
+        return self.records.nbytes
 
     def to_fixed(self, values: np.ndarray, what: str) -> np.ndarray:
         scaled = np.rint(np.asarray(values, dtype=np.float64) * self.scale)
@@ -173,36 +181,36 @@ class PimSystem:
                 f"lower --fixed-point-scale below {int(np.iinfo(np.int32).max / np.abs(values).max())}")
         return scaled.astype(np.int32)
 
-    # -- the DPU program -----------------------------------------------------------------------------
-    def launch(self, rule: str, alpha: float, gamma: float, epochs: int) -> None:
+    # -- one round: host -> DPU broadcast, the DPU program, DPU -> host gather and aggregation ---------
+    def run_round(self, q_host: np.ndarray, rule: str, alpha: float, gamma: float, epochs: int
+                  ) -> tuple[np.ndarray, dict[str, float], dict[str, int]]:
+        """Every DPU starts from the host's table (seen flags cleared) and sweeps its chunk `epochs`
+        times; the host gathers the tables and averages every (s, a) over the DPUs that updated it,
+        unseen pairs keeping q_host's value. The emulated MRAM already lies in host memory, so the
+        gather reads each DPU's images in place. The C side takes the DPUs rank by rank through the
+        three phases (see pim.c) and times each. Returns (new table float64, seconds, bytes moved)."""
         from rlbench_upmem import _pim
 
         choose(rule, RULES, "rule")
-        self.saturations += _pim.run(self.records, self.offsets, self.q_mram, self.seen_mram, self.n_states,
-                                     self.n_actions, RULES.index(rule), int(self.numeric == "int32"), float(alpha),
-                                     float(gamma), self.scale, int(epochs), self.tasklets, BLOCK_RECORDS,
-                                     self.hardware.wram_bytes)
-
-    # -- DPU -> host -----------------------------------------------------------------------------------
-    def gather_and_aggregate(self, q_host: np.ndarray) -> tuple[np.ndarray, int]:
-        """Copy each rank's tables to the host and average every (s, a) over the DPUs that updated
-        it; unseen pairs keep q_host's value. Returns (new table float64, bytes moved)."""
+        host = np.ascontiguousarray(q_host.astype(np.float32) if self.numeric == "fp32" else self.to_fixed(q_host, "Q"))
         sums = np.zeros(q_host.shape, dtype=np.float64)
         counts = np.zeros(q_host.shape, dtype=np.int64)
-        per_rank = self.hardware.dpus_per_rank
-        moved = 0
-        for first in range(0, self.dpus, per_rank):
-            q_rank = self.q_mram[first:first + per_rank].copy()  # the rank's transfer buffer on the host
-            seen_rank = self.seen_mram[first:first + per_rank].copy()
-            moved += q_rank.nbytes + seen_rank.nbytes
-            sums += np.einsum("dsa,dsa->sa", q_rank, seen_rank, dtype=np.float64)
-            counts += seen_rank.sum(axis=0, dtype=np.int64)
+        saturations, broadcast_s, kernel_s, gather_s = _pim.round(
+            self.records, self.offsets, self.q_mram, self.seen_mram, host, sums, counts, self.n_states,
+            self.n_actions, RULES.index(rule), int(self.numeric == "int32"), float(alpha), float(gamma), self.scale,
+            int(epochs), self.tasklets, BLOCK_RECORDS, self.hardware.wram_bytes, self.hardware.dpus_per_rank)
+        self.saturations += saturations
+        t0 = time.perf_counter()
         if self.numeric == "int32":
             sums /= self.scale
         seen = counts > 0
+        self.unseen_pairs = int(seen.size - np.count_nonzero(seen))
         aggregated = np.array(q_host, dtype=np.float64)
         aggregated[seen] = sums[seen] / counts[seen]
-        return aggregated, moved
+        seconds = {"broadcast": broadcast_s, "kernel": kernel_s,
+                   "gather_aggregate": gather_s + time.perf_counter() - t0}
+        moved = {"host_to_dpu": self.q_mram.nbytes, "dpu_to_host": self.q_mram.nbytes + self.seen_mram.nbytes}
+        return aggregated, seconds, moved
 
     @property
     def nbytes(self) -> int:
@@ -213,9 +221,10 @@ class PimSystem:
         return np.diff(self.offsets)
 
 
-def _validate(dataset: Mapping[str, np.ndarray], n_states: int, n_actions: int) -> int:
-    """Refuse what the DPU program cannot run, without copying the arrays (a 1M dataset is 21 MB).
-    next_action may be absent: Q-learning never reads it (the scatter writes zeros)."""
+def _check_layout(dataset: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Refuse a dataset the DPU record cannot hold (keys, shapes, dtypes), without copying the arrays
+    (a 1M dataset is 21 MB); the values are checked as they are packed. next_action may be absent:
+    Q-learning never reads it (the scatter writes zeros)."""
     required = [name for name in DATASET_FIELDS if name != "next_action"]
     missing = [name for name in required if name not in dataset]
     if missing:
@@ -228,17 +237,21 @@ def _validate(dataset: Mapping[str, np.ndarray], n_states: int, n_actions: int) 
         kinds = "fiu" if name == "reward" else "biu" if name == "done" else "iu"
         if array.dtype.kind not in kinds:
             raise RlbenchError(f"dataset[{name!r}] has dtype {array.dtype}, which the DPU record cannot hold")
-    if n == 0:
-        return 0
-    if not np.isfinite(arrays["reward"]).all():
+    return arrays
+
+
+def _check_values(arrays: Mapping[str, np.ndarray], n_states: int, n_actions: int,
+                  names: tuple[str, ...] = ("reward",) + INDEX_FIELDS) -> None:
+    """The values the DPU program cannot run on, refused with what was found."""
+    if "reward" in names and not np.isfinite(arrays["reward"]).all():
         raise RlbenchError("dataset['reward'] holds NaN or infinity")
-    for name, high in (("obs", n_states), ("next_obs", n_states), ("action", n_actions), ("next_action", n_actions)):
-        if name not in arrays:
+    for name in INDEX_FIELDS:
+        if name not in names or name not in arrays or arrays[name].size == 0:
             continue
+        high = n_states if name.endswith("obs") else n_actions
         low_seen, high_seen = int(arrays[name].min()), int(arrays[name].max())
         if low_seen < 0 or high_seen >= high:
             raise RlbenchError(f"dataset {name} spans {low_seen}..{high_seen}, outside the table's 0..{high - 1}")
-    return n
 
 
 def check_step(rule: str, alpha: float, gamma: float) -> None:
@@ -276,17 +289,11 @@ def run_offline(system: PimSystem, dataset: Mapping[str, np.ndarray], q_host: np
     done, rounds = 0, 0
     while done < epochs:
         sweeps = min(per_round, epochs - done)
-        t0 = time.perf_counter()
-        moved["host_to_dpu"] += system.broadcast(q_host)
-        t1 = time.perf_counter()
-        system.launch(rule, alpha, gamma, sweeps)
-        t2 = time.perf_counter()
-        q_host, gathered = system.gather_and_aggregate(q_host)
-        t3 = time.perf_counter()
-        moved["dpu_to_host"] += gathered
-        seconds["broadcast"] += t1 - t0
-        seconds["kernel"] += t2 - t1
-        seconds["gather_aggregate"] += t3 - t2
+        q_host, round_seconds, round_moved = system.run_round(q_host, rule, alpha, gamma, sweeps)
+        for key, value in round_seconds.items():
+            seconds[key] += value
+        for key, value in round_moved.items():
+            moved[key] += value
         done, rounds = done + sweeps, rounds + 1
     updates = int(system.records.shape[0]) * epochs
     total = sum(seconds.values())
@@ -300,7 +307,7 @@ def run_offline(system: PimSystem, dataset: Mapping[str, np.ndarray], q_host: np
         "bytes": moved,
         "rounds": rounds,
         "emulator_bytes": system.nbytes,
-        "unseen_pairs": int(np.count_nonzero(system.seen_mram.max(axis=0) == 0)) if rounds else None,
+        "unseen_pairs": system.unseen_pairs,
         "int32_saturations": system.saturations if system.numeric == "int32" else None,
     }
     return q_host, measured

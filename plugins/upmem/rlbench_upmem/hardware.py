@@ -9,7 +9,10 @@ Processing-In-Memory Systems", ISPASS 2024. Values marked "assumption" have no p
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+
+from rlbench.errors import RlbenchError
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -22,6 +25,8 @@ class DpuHardware:
     wram_bytes: int = 64 * KiB  # per-DPU scratchpad; all tasklets share it
     max_tasklets: int = 24  # hardware threads per DPU
     dpus_per_rank: int = 64  # 8 chips x 8 DPUs
+    dpus_per_dimm: int = 128  # 2 ranks x 8 chips x 8 DPUs
+    dimms_per_server: int = 20  # the largest UPMEM server: PrIM's, 20 double-rank PIM-DIMMs (2,560 DPUs, 2,556 working)
     max_dma_bytes: int = 2048  # one mram_read/mram_write moves 8..2048 bytes, 8-byte aligned
     stack_bytes_per_tasklet: int = 1 * KiB  # assumption: a small DPU program's stack (SDK sizes it per program)
 
@@ -54,5 +59,27 @@ class DpuHardware:
     # --- the host's side of the aggregation ------------------------------------------------------
     host_aggregate_bytes_per_s: float = 10e9  # assumption: one streaming pass over the gathered tables
 
+    @property
+    def max_dpus(self) -> int:
+        return self.dimms_per_server * self.dpus_per_dimm
+
 
 UPMEM = DpuHardware()
+MAX_DPUS = UPMEM.max_dpus  # 2,560: beyond it there is no hardware whose time the model could predict
+
+
+def dpu_count(value: object, hardware: DpuHardware = UPMEM) -> int:
+    """A --dpus value as an int, refused in one line unless 1 <= value <= the modelled server's DPUs.
+    Also the type of `rlbench run`'s --dpus (the CLI prints the RlbenchError in one line, exit 2)."""
+    try:
+        dpus = None if isinstance(value, bool) else int(value) if isinstance(value, str) else operator.index(value)
+    except (TypeError, ValueError):
+        dpus = None
+    if dpus is None or dpus < 1:
+        raise RlbenchError(f"--dpus must be a positive integer, got {value!r}")
+    if dpus > hardware.max_dpus:
+        raise RlbenchError(
+            f"--dpus {dpus:,} is more than the modelled hardware has: {hardware.max_dpus:,} DPUs in a "
+            f"{hardware.dimms_per_server}-DIMM UPMEM server ({hardware.dimms_per_server} DIMMs x "
+            f"{hardware.dpus_per_dimm} DPUs)")
+    return dpus

@@ -1,16 +1,11 @@
-"""rlbench hooks of the upmem plugin. Cheap to import: factories and probes are "module:attr" strings."""
+"""rlbench hooks of the upmem plugin, and nothing else. Cheap to import: factories and probes are
+"module:attr" strings; what the plugin declares lives in `capabilities`, DPU limits in `hardware`."""
 
 from __future__ import annotations
 
 from rlbench.hookspecs import hookimpl
-from rlbench.protocols import ComputeCapabilities
-
-CAPABILITIES = ComputeCapabilities(
-    roles=frozenset({"qlearning:tabular", "sarsa:tabular"}),
-    device="upmem-emulator",
-    does_not="cannot run deep algorithms (dqn, ddpg): UPMEM DPUs have no FPU and no torch device; "
-             "tabular Q-learning and SARSA only",
-)
+from rlbench_upmem.capabilities import CAPABILITIES, fingerprint
+from rlbench_upmem.hardware import MAX_DPUS, dpu_count
 
 
 @hookimpl
@@ -22,8 +17,8 @@ def rlbench_register_compute_backends(register):
 
 @hookimpl
 def rlbench_register_run_options(option):
-    option("compute", "upmem", "--dpus", "dpus", type=int, default=64,
-           help="DPUs to emulate (64 per rank); the offline dataset is split across them")
+    option("compute", "upmem", "--dpus", "dpus", type=dpu_count, default=64,
+           help=f"DPUs to emulate (64 per rank, at most {MAX_DPUS:,}); the offline dataset is split across them")
     option("compute", "upmem", "--numeric", "numeric", default="fp32", choices=("fp32", "int32"),
            help="DPU arithmetic: fp32 (software float) or int32 fixed point")
     option("compute", "upmem", "--partition", "partition", default="contiguous",
@@ -45,18 +40,7 @@ def rlbench_register_commands(cli):
 
 @hookimpl
 def rlbench_fingerprint():
-    import glob
-    import importlib.util
-    import shutil
-
-    ranks = len(glob.glob("/dev/dpu_rank*"))
-    return {
-        "mode": "emulator",
-        "hardware_dpus": ranks * 64,  # the UPMEM driver exposes one /dev/dpu_rankN per rank
-        "sdk": shutil.which("dpu-upmem-dpurte-clang"),
-        "emulator_native": importlib.util.find_spec("rlbench_upmem._pim") is not None,
-        "note": "DPU results come from the emulator; hardware times are modelled",
-    }
+    return fingerprint()
 
 
 def probe():

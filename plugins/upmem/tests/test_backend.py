@@ -76,12 +76,28 @@ def test_bad_settings_are_refused_at_construction():
         UpmemCompute().tabular(20_000, 4)
 
 
+def test_more_dpus_than_the_modelled_server_has_are_refused_naming_the_limit():
+    from rlbench_upmem.hardware import MAX_DPUS, UPMEM
+
+    assert MAX_DPUS == 2560 == UPMEM.dimms_per_server * UPMEM.dpus_per_dimm
+    assert UpmemCompute(dpus=MAX_DPUS).tabular(16, 4).dpus == MAX_DPUS
+    for dpus in (MAX_DPUS + 1, 100_000):
+        with pytest.raises(RlbenchError, match=r"2,560 DPUs in a 20-DIMM UPMEM server \(20 DIMMs x 128 DPUs\)"):
+            UpmemCompute(dpus=dpus)
+
+
+def test_rlbench_run_refuses_more_dpus_than_the_modelled_server_has():
+    from rlbench import RunConfig, run
+
+    with pytest.raises(RlbenchError, match="2,560 DPUs"):
+        run(RunConfig(algo="qlearning", env="FrozenLake-v1", compute="upmem", dataset=10_000,
+                      options={"compute": {"dpus": 100_000}}))
+
+
 def evaluate(env_id, q, episodes=100, seed=1000):
     import gymnasium
 
-    from rlbench.builtin.envs import resolve
-
-    env = gymnasium.make(resolve(env_id)[0])
+    env = gymnasium.make(env_id)  # the dataset's env_id: the id the installed gymnasium ran
     wins = 0
     for episode in range(episodes):
         state, _ = env.reset(seed=seed + episode)
@@ -106,12 +122,11 @@ def test_greedy_policy_of_the_aggregated_table_reaches_the_goal(env_id, dpus, nu
     data = datasets.get(env_id, 100_000, seed=0)
     e = engine(data.n_states, data.n_actions, dpus=dpus, numeric=numeric, partition="random")
     e.fit_offline(data.arrays, rule=rule, alpha=alpha, gamma=0.99, epochs=epochs)
-    assert evaluate(env_id, e.q) >= goal
+    assert evaluate(data.env_id, e.q) >= goal
 
 
 def test_rlbench_run_offline_on_upmem_end_to_end(tmp_path):
-    from rlbench.config import RunConfig
-    from rlbench.runner import run
+    from rlbench import RunConfig, run
 
     result = run(RunConfig(algo="qlearning", env="FrozenLake-v1", compute="upmem", dataset=10_000, eval_episodes=5,
                            hyperparameters={"epochs": 2}, options={"compute": {"dpus": 8, "partition": "stride"}}))
@@ -122,8 +137,7 @@ def test_rlbench_run_offline_on_upmem_end_to_end(tmp_path):
 
 
 def test_rlbench_run_refuses_deep_algorithms_on_upmem():
-    from rlbench.config import RunConfig
-    from rlbench.runner import run
+    from rlbench import RunConfig, run
 
     with pytest.raises(RlbenchError, match="cannot run deep algorithms"):
         run(RunConfig(algo="dqn", env="CartPole-v1", compute="upmem", steps=10))

@@ -121,3 +121,59 @@ def test_emulator_memory_is_accounted(taxi_10k):
     held = taxi_10k.nbytes + 64 * 500 * 6 * 4
     assert measured["emulator_bytes"] == system.nbytes
     assert system.nbytes < 2 * held
+
+
+def one_round(system, arrays, rule, epochs=2, strategy="contiguous", seed=0, alpha=0.3, gamma=0.95):
+    system.scatter(arrays, strategy, seed)
+    system.run_round(np.zeros((system.n_states, system.n_actions)), rule, alpha, gamma, epochs)
+    return system
+
+
+@pytest.mark.parametrize("numeric", ["fp32", "int32"])
+@pytest.mark.parametrize("rule", ["qlearning", "sarsa"])
+def test_every_dpu_ends_bit_for_bit_as_if_it_ran_alone(taxi_10k, numeric, rule):
+    # The C side runs DPUs interleaved in groups and rank by rank; each DPU's table and seen flags
+    # must be exactly those of the same chunk swept alone on a one-DPU system.
+    many = one_round(PimSystem(7, 500, 6, numeric=numeric), taxi_10k.arrays, rule, strategy="random", seed=2)
+    order, offsets = partition(len(taxi_10k), 7, "random", seed=2)
+    for d in range(7):
+        rows = order[offsets[d]:offsets[d + 1]]
+        alone = one_round(PimSystem(1, 500, 6, numeric=numeric), {k: v[rows] for k, v in taxi_10k.arrays.items()}, rule)
+        np.testing.assert_array_equal(many.q_mram[d], alone.q_mram[0])
+        np.testing.assert_array_equal(many.seen_mram[d], alone.seen_mram[0])
+    assert np.abs(many.q_mram).max() > 0
+
+
+@pytest.mark.parametrize("n_actions", [1, 3, 9, 12])  # 9 and 12 take the generic (not unrolled) update
+def test_any_action_count_equals_the_reference(n_actions):
+    rng = np.random.default_rng(n_actions)
+    n, n_states = 3_000, 20
+    ids = {"obs": n_states, "action": n_actions, "next_obs": n_states, "next_action": n_actions}
+    arrays = {name: rng.integers(0, high, n, dtype=np.int32) for name, high in ids.items()}
+    arrays |= {"reward": rng.normal(size=n).astype(np.float32), "done": (rng.random(n) < 0.1).astype(np.uint8)}
+    for rule in ("qlearning", "sarsa"):
+        system = PimSystem(6, n_states, n_actions)
+        q, _ = run_offline(system, arrays, np.zeros((n_states, n_actions)), rule=rule, alpha=0.3, gamma=0.9, epochs=2)
+        expected = reference(arrays, n_states, n_actions, dpus=6, strategy="contiguous", rule=rule, alpha=0.3,
+                             gamma=0.9, epochs=2)
+        assert np.abs(expected).max() > 0.1
+        np.testing.assert_allclose(q, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("field, values, message", [
+    ("reward", np.nan, r"reward'\] holds NaN or infinity"),
+    ("reward", 1e39, "beyond float32's range"),  # finite in float64, infinite once packed
+    ("action", -1, r"action spans -1\.\.3, outside the table's 0\.\.3"),
+    ("next_obs", 16, r"next_obs spans 0\.\.16, outside the table's 0\.\.15"),
+    ("obs", 2**32 + 1, r"obs spans 0\.\.4294967297"),  # an int64 id is not narrowed to int32 unchecked
+])
+def test_values_the_dpu_program_cannot_use_are_refused(frozenlake_10k, field, values, message):
+    arrays = dict(frozenlake_10k.arrays)
+    column = arrays[field].astype(np.float64 if field == "reward" else np.int64)
+    column[len(column) // 2] = values
+    arrays[field] = column
+    system = PimSystem(4, 16, 4)
+    with pytest.raises(RlbenchError, match=message):
+        system.scatter(arrays, "stride")
+    with pytest.raises(RlbenchError, match=message):
+        system.scatter(arrays)

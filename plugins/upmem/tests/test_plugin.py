@@ -1,17 +1,23 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
+import importlib.util
+
+import pytest
 from click.testing import CliRunner
 
-from rlbench.plugins import build
+from rlbench import get_registry
 from rlbench_upmem.cost_model import predict
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
 
 
 def test_registers_compute_backend_and_run_options():
-    registry, _ = build()
+    registry = get_registry(refresh=True)
     assert "upmem" in registry.plugins and not [b for b in registry.broken if b.name == "upmem"]
     component = registry.get("compute", "upmem")
     assert component.capabilities.roles == frozenset({"qlearning:tabular", "sarsa:tabular"})
@@ -25,17 +31,46 @@ def test_registers_compute_backend_and_run_options():
 
 
 def test_plugin_module_is_cheap_to_import():
-    code = "import sys, rlbench_upmem.plugin; print(json.dumps(sorted(m for m in ('numpy', 'torch', 'rlbench_upmem._pim') if m in sys.modules)))"
+    heavy = ('numpy', 'torch', 'numba', 'rlbench_upmem._pim')
+    code = f"import sys, rlbench_upmem.plugin; print(json.dumps(sorted(m for m in {heavy} if m in sys.modules)))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
 
+def test_only_the_benchmark_imports_numba():
+    code = ("import sys, rlbench_upmem.cli, rlbench_upmem.bench, rlbench_upmem.backend, rlbench_upmem.scale; "
+            "print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_fingerprint_says_it_is_an_emulator():
+    from rlbench_upmem.backend import UpmemCompute
     from rlbench_upmem.plugin import rlbench_fingerprint
 
     fp = rlbench_fingerprint()
     assert fp["mode"] == "emulator" and fp["emulator_native"] is True
+    assert UpmemCompute(dpus=8).fingerprint() == fp | {"settings": UpmemCompute(dpus=8).settings}
     json.dumps(fp)
+
+
+def test_run_option_refuses_more_dpus_than_the_modelled_server_has():
+    flags = {o.flag: o for o in get_registry().options_for("compute", "upmem")}
+    assert flags["--dpus"].type("2560") == 2560
+    out = subprocess.run([sys.executable, "-m", "rlbench", "run", "--algo", "qlearning", "--env", "FrozenLake-v1",
+                          "--compute", "upmem", "--dataset", "10000", "--dpus", "100000", "--no-out"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--dpus 100,000" in lines[0] and "2,560 DPUs" in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("args", [["scale", "--dpus", "64,2561"], ["bench", "--dpus", "2561"]])
+def test_upmem_commands_refuse_more_dpus_than_the_modelled_server_has(args, tmp_path):
+    from rlbench_upmem.cli import upmem
+
+    result = CliRunner().invoke(upmem, args + (["--out", str(tmp_path)] if args[0] == "scale" else []))
+    assert result.exit_code == 2 and "2,560 DPUs in a 20-DIMM UPMEM server" in result.output, result.output
 
 
 def base(**kw):
@@ -69,6 +104,13 @@ def test_scale_command_writes_table_and_chart(tmp_path):
     assert "UPMEM s [modelled]" in result.output and "emulator s [measured]" in result.output
     data = json.loads((tmp_path / "scale.json").read_text())
     assert [row["dpus"] for row in data["rows"]] == [4, 8, 16]
+    # Every figure is one kind: the CPU is compared with the emulator (both measured), never with the model.
+    headers = (tmp_path / "scale.csv").read_text().splitlines()[0].split(",")
+    assert all(h.endswith(("[measured]", "[modelled]")) for h in headers[1:]), headers
+    assert "CPU s / emulator s [measured]" in headers and "speed-up vs CPU" not in result.output
+    for row in data["rows"]:
+        assert row["cpu_over_emulator"] == pytest.approx(row["cpu_s"] / row["emulator_s"])
+    assert "cpu_over_emulator" in data["labels"]["measured"] and "upmem_s" in data["labels"]["modelled"]
     assert data["rows"][0]["efficiency"] == 1.0 and data["rows"][-1]["upmem_s"] < data["rows"][0]["upmem_s"]
     assert (tmp_path / "scale.csv").read_text().count("\n") == 4
     assert (tmp_path / "scale.png").exists() or "ideal linear" in (tmp_path / "scale.txt").read_text()
@@ -81,11 +123,29 @@ def test_scale_command_refuses_bad_dpu_list(tmp_path):
     assert result.exit_code == 2 and "comma-separated integers" in result.output
 
 
-def test_bench_command_prints_rates_beside_baselines():
+BENCH = ["bench", "--env", "FrozenLake-v1", "--dataset", "10000", "--dpus", "16", "--epochs", "1",
+         "--python-updates", "2000", "--rounds", "1", "--seconds", "0.01"]
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed (pip install -e 'plugins/upmem[bench]')")
+def test_bench_command_prints_rates_beside_numba_and_baselines():
     from rlbench_upmem.cli import upmem
 
-    result = CliRunner().invoke(upmem, ["bench", "--env", "FrozenLake-v1", "--dataset", "10000", "--dpus", "16",
-                                        "--epochs", "1", "--python-updates", "2000"])
+    result = CliRunner().invoke(upmem, BENCH)
     assert result.exit_code == 0, result.output
+    numba_line = next(line for line in result.output.splitlines() if "numba single-table loop (numba" in line)
+    assert "emulator / numba = " in numba_line
+    assert "vs the emulator on 1 DPU: max |diff| = 0)" in numba_line  # the same FP32 sequential sweep
     assert "numpy lock-step" in result.output and "plain Python loop" in result.output
-    assert "max |diff| = 0" in result.output  # the lock-step baseline computes the same FP32 tables
+    assert "emulator vs numpy lock-step tables: max |diff| = 0" in result.output  # the same FP32 tables
+
+
+def test_bench_command_without_numba_says_how_to_install_it():
+    code = ("import sys; sys.modules['numba'] = None; from rlbench_upmem.cli import upmem; "
+            f"upmem({BENCH!r}, standalone_mode=False)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if "numba" in line]
+    assert len(lines) == 1 and re.fullmatch(r"  numba single-table loop: numba is not installed: "
+                                            r"pip install 'numba==\d+\.\d+\.\d+'", lines[0]), lines
+    assert "emulator vs numpy lock-step tables: max |diff| = 0" in out.stdout
