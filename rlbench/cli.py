@@ -311,7 +311,8 @@ BENCH_COMMANDS = (("rlbench.bench.transport", "command"), ("rlbench.bench.replay
                   ("rlbench.bench.compute", "command"), ("rlbench.bench.compute", "dqn_command"),
                   ("rlbench.bench.algo", "ddpg_command"),
                   ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
-                  ("rlbench.bench.matrix", "command"), ("rlbench.ray_cli", "launchers_command"))
+                  ("rlbench.bench.matrix", "command"), ("rlbench.ray_cli", "launchers_command"),
+                  ("rlbench.bench.access", "command"))
 
 
 def _attach_commands() -> None:

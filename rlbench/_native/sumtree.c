@@ -16,10 +16,15 @@
  *
  * Arrays come in through the buffer protocol (no per-element Python objects); random numbers are
  * drawn by numpy's seeded Generator in Python and passed in, so runs are reproducible.
+ *
+ * The same update (check, then write) and sampling code is exported to C through the capsule
+ * rlbench._sumtree._C_API (sumtree.h): the replay node's fast path (wire.c) runs it on the memory's
+ * tree without a Python call in between.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include "sumtree.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +38,7 @@
 #define MAX_LEVELS 64
 #define CHUNK 256 /* items descended together when sampling */
 
-typedef struct {
+struct SumTree {
     PyObject_HEAD
     Py_ssize_t capacity;
     int levels; /* including the leaves; the top level has one element, the root */
@@ -41,7 +46,7 @@ typedef struct {
     Py_ssize_t count[MAX_LEVELS]; /* elements per level */
     double alpha;
     double max_priority; /* largest raw priority seen, the default for new items */
-} SumTree;
+};
 
 static inline double *sum_slot(double *lvl, Py_ssize_t element) {
     return lvl + (element >> TREE_SHIFT) * BLOCK + (element & (K - 1));
@@ -173,8 +178,12 @@ static Py_ssize_t index_buffer(PyObject *obj, Py_buffer *view, int *wide) {
     return view->len / view->itemsize;
 }
 
-static inline Py_ssize_t index_at(const Py_buffer *view, int wide, Py_ssize_t i) {
-    return wide ? (Py_ssize_t)((const int64_t *)view->buf)[i] : (Py_ssize_t)((const int32_t *)view->buf)[i];
+static inline Py_ssize_t index_at(const void *indices, int wide, Py_ssize_t i) {
+    return wide ? (Py_ssize_t)((const int64_t *)indices)[i] : (Py_ssize_t)((const int32_t *)indices)[i];
+}
+
+static inline double priority_at(const void *priorities, int wide, Py_ssize_t i) {
+    return wide ? ((const double *)priorities)[i] : (double)((const float *)priorities)[i];
 }
 
 /* Priorities: float64 or float32. Returns the element count or -1. */
@@ -216,7 +225,7 @@ static inline void prefetch_slot(SumTree *t, int lvl, Py_ssize_t element) {
 /* Recompute every ancestor of the given leaves, one level at a time. A level with no more
  * elements than the batch is recomputed whole: cheaper than once per item, since near the root
  * all items share their ancestors. */
-static void refresh_ancestors(SumTree *t, const Py_buffer *idx, int wide, Py_ssize_t n) {
+static void refresh_ancestors(SumTree *t, const void *indices, int wide, Py_ssize_t n) {
     for (int l = 1; l < t->levels; l++) {
         if (t->count[l] <= n) {
             for (Py_ssize_t e = 0; e < t->count[l]; e++)
@@ -226,13 +235,70 @@ static void refresh_ancestors(SumTree *t, const Py_buffer *idx, int wide, Py_ssi
         int shift = TREE_SHIFT * l;
         Py_ssize_t previous = -1;
         for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t e = index_at(idx, wide, i) >> shift;
+            Py_ssize_t e = index_at(indices, wide, i) >> shift;
             if (e != previous)
                 refresh_element(t, l, e);
             previous = e;
             prefetch_slot(t, l + 1, e >> TREE_SHIFT);
         }
     }
+}
+
+/* Validate an update (nothing is written): indices in [0, size), priorities finite and >= 0, and
+ * the largest raised to alpha finite. Sets *batch_max (0 without priorities). */
+static int tree_check(SumTree *t, const void *indices, int indices_wide, const void *priorities, int priorities_wide,
+                      Py_ssize_t n, Py_ssize_t size, double *batch_max) {
+    double largest = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t index = index_at(indices, indices_wide, i);
+        if (index < 0 || index >= size) {
+            PyErr_Format(PyExc_ValueError, "index %zd out of range for a memory holding %zd items", index, size);
+            return -1;
+        }
+        prefetch_slot(t, 0, index); /* the leaf writes then find their lines arriving */
+        if (priorities != NULL) {
+            double p = priority_at(priorities, priorities_wide, i);
+            if (!(p >= 0.0) || !isfinite(p)) {
+                char text[32];
+                snprintf(text, sizeof text, "%g", p);
+                PyErr_Format(PyExc_ValueError, "priority %s at position %zd: priorities must be finite and >= 0",
+                             text, i);
+                return -1;
+            }
+            largest = p > largest ? p : largest;
+        }
+    }
+    if (priorities != NULL && !isfinite(raise_to(largest, t->alpha))) {
+        char text[64];
+        snprintf(text, sizeof text, "priority %g raised to alpha=%g overflows", largest, t->alpha);
+        PyErr_SetString(PyExc_ValueError, text);
+        return -1;
+    }
+    *batch_max = largest;
+    return 0;
+}
+
+/* Apply an update that tree_check accepted. */
+static void tree_write(SumTree *t, const void *indices, int indices_wide, const void *priorities, int priorities_wide,
+                       Py_ssize_t n, double batch_max) {
+    double alpha = t->alpha;
+    double *leaves = t->level[0];
+    double default_value = raise_to(t->max_priority, alpha);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double v = default_value;
+        if (priorities != NULL) {
+            double p = priority_at(priorities, priorities_wide, i);
+            v = alpha == 1.0 ? p : raise_to(p, alpha);
+        }
+        Py_ssize_t index = index_at(indices, indices_wide, i);
+        double *slot = sum_slot(leaves, index);
+        slot[0] = v;
+        slot[K] = v > 0.0 ? v : INFINITY;
+        prefetch_slot(t, 1, index >> TREE_SHIFT);
+    }
+    if (batch_max > t->max_priority)
+        t->max_priority = batch_max;
+    refresh_ancestors(t, indices, indices_wide, n);
 }
 
 PyDoc_STRVAR(update_doc,
@@ -273,50 +339,11 @@ static PyObject *SumTree_update(SumTree *self, PyObject *const *args, Py_ssize_t
             goto fail;
         }
     }
-    double batch_max = 0.0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t index = index_at(&idx, idx_wide, i);
-        if (index < 0 || index >= size) {
-            PyErr_Format(PyExc_ValueError, "index %zd out of range for a memory holding %zd items", index, size);
-            goto fail;
-        }
-        prefetch_slot(self, 0, index); /* the leaf writes below then find their lines arriving */
-        if (have_priorities) {
-            double p = pri_wide ? ((const double *)pri.buf)[i] : (double)((const float *)pri.buf)[i];
-            if (!(p >= 0.0) || !isfinite(p)) {
-                char text[32];
-                snprintf(text, sizeof text, "%g", p);
-                PyErr_Format(PyExc_ValueError, "priority %s at position %zd: priorities must be finite and >= 0",
-                             text, i);
-                goto fail;
-            }
-            batch_max = p > batch_max ? p : batch_max;
-        }
-    }
-    double alpha = self->alpha;
-    if (have_priorities && !isfinite(raise_to(batch_max, alpha))) {
-        char text[64];
-        snprintf(text, sizeof text, "priority %g raised to alpha=%g overflows", batch_max, alpha);
-        PyErr_SetString(PyExc_ValueError, text);
+    const void *priorities = have_priorities ? pri.buf : NULL;
+    double batch_max;
+    if (tree_check(self, idx.buf, idx_wide, priorities, pri_wide, n, size, &batch_max) < 0)
         goto fail;
-    }
-    double *leaves = self->level[0];
-    double default_value = raise_to(self->max_priority, alpha);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double v = default_value;
-        if (have_priorities) {
-            double p = pri_wide ? ((const double *)pri.buf)[i] : (double)((const float *)pri.buf)[i];
-            v = alpha == 1.0 ? p : raise_to(p, alpha);
-        }
-        Py_ssize_t index = index_at(&idx, idx_wide, i);
-        double *slot = sum_slot(leaves, index);
-        slot[0] = v;
-        slot[K] = v > 0.0 ? v : INFINITY;
-        prefetch_slot(self, 1, index >> TREE_SHIFT);
-    }
-    if (batch_max > self->max_priority)
-        self->max_priority = batch_max;
-    refresh_ancestors(self, &idx, idx_wide, n);
+    tree_write(self, idx.buf, idx_wide, priorities, pri_wide, n, batch_max);
     PyBuffer_Release(&idx);
     if (have_priorities)
         PyBuffer_Release(&pri);
@@ -349,6 +376,55 @@ static inline int descend(const double *block, double *u) {
         *u = block[j];
     }
     return j;
+}
+
+/* Whether the tree can be sampled; a ValueError and -1 when not. */
+static int tree_can_draw(SumTree *t) {
+    const double total = t->level[t->levels - 1][0];
+    if (!(total > 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "cannot sample: every stored priority is zero");
+        return -1;
+    }
+    if (!isfinite(total)) {
+        PyErr_SetString(PyExc_ValueError, "cannot sample: the sum of priorities**alpha overflows; use smaller priorities");
+        return -1;
+    }
+    return 0;
+}
+
+/* Stratified draw of n leaves (the tree passed tree_can_draw). */
+static void tree_draw(SumTree *t, const double *r, Py_ssize_t n, double beta, int64_t *indices, float *weights) {
+    const int top = t->levels - 1;
+    const double total = t->level[top][0];
+    const double p_min = t->level[top][K];
+    const double segment = total / (double)n;
+    Py_ssize_t node[CHUNK];
+    double u[CHUNK], leaf_value[CHUNK];
+    for (Py_ssize_t start = 0; start < n; start += CHUNK) {
+        Py_ssize_t m = n - start < CHUNK ? n - start : CHUNK;
+        for (Py_ssize_t q = 0; q < m; q++) {
+            u[q] = ((double)(start + q) + r[start + q]) * segment;
+            node[q] = 0;
+            leaf_value[q] = total; /* stays so only when the root is the only leaf (capacity 1) */
+        }
+        for (int l = top - 1; l >= 0; l--) {
+            const double *lvl = t->level[l];
+            const double *below = l > 0 ? t->level[l - 1] : NULL;
+            for (Py_ssize_t q = 0; q < m; q++) {
+                const double *block = lvl + node[q] * BLOCK;
+                int j = descend(block, &u[q]);
+                node[q] = node[q] * K + j;
+                if (below)
+                    __builtin_prefetch(below + node[q] * BLOCK);
+                else
+                    leaf_value[q] = block[j];
+            }
+        }
+        for (Py_ssize_t q = 0; q < m; q++) {
+            indices[start + q] = node[q];
+            weights[start + q] = beta == 0.0 ? 1.0f : (float)raise_to(leaf_value[q] / p_min, -beta);
+        }
+    }
 }
 
 PyDoc_STRVAR(sample_doc,
@@ -391,48 +467,9 @@ static PyObject *SumTree_sample(SumTree *self, PyObject *const *args, Py_ssize_t
                      out_idx.len / 8, out_w.len / 4);
         goto done;
     }
-    const int top = self->levels - 1;
-    const double total = self->level[top][0];
-    const double p_min = self->level[top][K];
-    if (!(total > 0.0)) {
-        PyErr_SetString(PyExc_ValueError, "cannot sample: every stored priority is zero");
+    if (tree_can_draw(self) < 0)
         goto done;
-    }
-    if (!isfinite(total)) {
-        PyErr_SetString(PyExc_ValueError, "cannot sample: the sum of priorities**alpha overflows; use smaller priorities");
-        goto done;
-    }
-    const double *r = uni.buf;
-    int64_t *indices = out_idx.buf;
-    float *weights = out_w.buf;
-    const double segment = total / (double)n;
-    Py_ssize_t node[CHUNK];
-    double u[CHUNK], leaf_value[CHUNK];
-    for (Py_ssize_t start = 0; start < n; start += CHUNK) {
-        Py_ssize_t m = n - start < CHUNK ? n - start : CHUNK;
-        for (Py_ssize_t q = 0; q < m; q++) {
-            u[q] = ((double)(start + q) + r[start + q]) * segment;
-            node[q] = 0;
-            leaf_value[q] = total; /* stays so only when the root is the only leaf (capacity 1) */
-        }
-        for (int l = top - 1; l >= 0; l--) {
-            const double *lvl = self->level[l];
-            const double *below = l > 0 ? self->level[l - 1] : NULL;
-            for (Py_ssize_t q = 0; q < m; q++) {
-                const double *block = lvl + node[q] * BLOCK;
-                int j = descend(block, &u[q]);
-                node[q] = node[q] * K + j;
-                if (below)
-                    __builtin_prefetch(below + node[q] * BLOCK);
-                else
-                    leaf_value[q] = block[j];
-            }
-        }
-        for (Py_ssize_t q = 0; q < m; q++) {
-            indices[start + q] = node[q];
-            weights[start + q] = beta == 0.0 ? 1.0f : (float)raise_to(leaf_value[q] / p_min, -beta);
-        }
-    }
+    tree_draw(self, uni.buf, n, beta, out_idx.buf, out_w.buf);
     result = Py_None;
     Py_INCREF(result);
 done:
@@ -468,7 +505,7 @@ static PyObject *SumTree_get(SumTree *self, PyObject *const *args, Py_ssize_t na
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t index = index_at(&idx, wide, i);
+        Py_ssize_t index = index_at(idx.buf, wide, i);
         if (index < 0 || index >= self->capacity) {
             PyErr_Format(PyExc_ValueError, "index %zd out of range for capacity %zd", index, self->capacity);
             goto done;
@@ -553,6 +590,14 @@ PyMODINIT_FUNC PyInit__sumtree(void) {
         return NULL;
     }
     if (PyModule_AddIntConstant(module, "ARITY", K) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    static SumTreeAPI api;
+    api = (SumTreeAPI){&SumTreeType, tree_check, tree_write, tree_can_draw, tree_draw};
+    PyObject *capsule = PyCapsule_New(&api, SUMTREE_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(module, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
         Py_DECREF(module);
         return NULL;
     }

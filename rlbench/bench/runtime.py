@@ -1,6 +1,9 @@
 """End-to-end runtime benchmarks: placement (local / server / in-network) and actor scaling.
 
 Both run the real runner on the same job in one invocation and print peers side by side.
+`placement` also says where each replay operation's time went: the transport's own round trip of
+a message that size (an echo, measured in the same invocation after the runs), the replay node's
+handling and the memory operation inside it (the node's histograms), and the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +27,73 @@ def _sample_latency(result) -> dict:
     return latency.get("replay.SAMPLE") or latency.get("replay.sample") or {}
 
 
+# (op, what the role's histogram holds, whether its messages make a round trip (the wire's share is
+# one), whether the role's time is that round trip alone (then the rest and the percentages apply))
+SHARE_OPS = (("INSERT", "actor's INSERT, begin to reply (it steps its env and waits for the learner meanwhile)",
+              True, False),
+             ("SAMPLE", "learner's SAMPLE round trip", True, True),
+             ("UPDATE_PRIORITIES", "learner's one-way send", False, False))
+
+
+def _p50(latency: dict, name: str) -> float | None:
+    entry = latency.get(name) or {}
+    return entry.get("p50") if entry.get("count") else None
+
+
+def _op_shares(result: dict, placement: str, wire_us: dict[str, float]) -> list[dict]:
+    """Per replay op of one run: the role's p50, the wire's (a round trip of a message that size),
+    the node's own (serve less memory), the memory operation's, and the rest; p50s in us, measured."""
+    latency = result["latency"]
+    rows = []
+    for op, seen, round_trip, alone in SHARE_OPS:
+        measured = _p50(latency, f"replay.{op}")
+        serve, memory = _p50(latency, f"replay_node.serve.{op}"), _p50(latency, f"replay_node.memory.{op}") or 0.0
+        if op == "SAMPLE" and placement == "in-network":  # pushed ahead: the node's time is a push's (send included)
+            seen, round_trip, alone = "learner's wait for a pushed batch (node: a push)", False, False
+            serve = _p50(latency, "replay_node.push.BATCH")
+        row = {"op": op, "seen": seen, "alone": alone, "measured_us": measured, "wire_us": wire_us[op] if round_trip
+               else None, "node_us": None if serve is None else serve - memory,
+               "memory_us": memory if serve is not None else None, "rest_us": None}
+        if alone and measured is not None and serve is not None:
+            row["rest_us"] = measured - wire_us[op] - serve
+        rows.append(row)
+    return rows
+
+
+def _wire_round_trips(transport: str, sizes: dict[str, int], requests: int = 2000) -> dict[str, float]:
+    """p50 us of the transport's own round trip of each op's message size (an echo, no node running)."""
+    import numpy as np
+
+    from rlbench.kit.access import wire_echo
+
+    with wire_echo(transport) as round_trip:
+        wire = {}
+        for op, size in sizes.items():
+            times = [round_trip(size) for _ in range(requests + 200)][200:]
+            wire[op] = float(np.percentile(np.asarray(times) / 1e3, 50))
+    return wire
+
+
+def _message_sizes(batch_size: int) -> dict[str, int]:
+    """Bytes each way of the round trips a CartPole run makes: an actor's INSERT, a learner's SAMPLE."""
+    import numpy as np
+
+    from rlbench.kit.access import message_bytes
+    from rlbench.kit.bench import cartpole_batch
+    from rlbench.runtime.distributed.roles import ACTOR_INSERT_TRANSITIONS
+
+    rng = np.random.default_rng(0)
+    return {"INSERT": message_bytes("INSERT", cartpole_batch(rng, ACTOR_INSERT_TRANSITIONS)),
+            "SAMPLE": message_bytes("SAMPLE", cartpole_batch(rng, batch_size))}
+
+
+def _format_share(value: float | None, measured: float | None) -> str:
+    if value is None:
+        return f"{'-':>13}"
+    percent = f"{100 * value / measured:>4.0f}%" if measured else "     "
+    return f"{value:>7.1f} {percent}"
+
+
 @click.command("placement")
 @click.option("--transport", default="shm", show_default=True, help="Transport for server and in-network.")
 @click.option("--replay", default="prioritized", show_default=True)
@@ -38,20 +108,29 @@ def placement_command(transport: str, replay: str, steps: int, actors: int, seed
     sampling is never held by the rate limiter: the latency measured is the replay access itself."""
     hp = {"learning_starts": 500, "batch_size": 64, "train_every": 1, "publish_every": 10}
     rows = []
+    results = {}
     for placement in ("local", "server", "in-network"):
-        result = _run(placement=placement, transport=transport, replay=replay, steps=steps, seed=seed,
-                      actors=1 if placement == "local" else actors, hyperparameters=dict(hp))
+        result = results[placement] = _run(placement=placement, transport=transport, replay=replay, steps=steps,
+                                           seed=seed, actors=1 if placement == "local" else actors,
+                                           hyperparameters=dict(hp))
         sample = _sample_latency(result)
         rows.append({"placement": placement, "transport": "-" if placement == "local" else transport,
                      "status": result["status"], "env_steps_per_s": result["throughput"]["env_steps_per_s"],
                      "updates_per_s": result["throughput"]["updates_per_s"],
                      "sample_p50_us": sample.get("p50"), "sample_p99_us": sample.get("p99"),
                      "sample_count": sample.get("count", 0)})
+    sizes = _message_sizes(hp["batch_size"])
+    wire = _wire_round_trips(transport, sizes)  # after the runs: no replay node polls meanwhile
+    for row in rows[1:]:
+        node = results[row["placement"]]["loop"]["roles"].get("replay", {})
+        row["fast_path"] = node.get("fast_path")
+        row["shares"] = _op_shares(results[row["placement"]], row["placement"], wire)
     server, in_network = rows[1], rows[2]
     reduction = {q: (1 - in_network[f"sample_{q}_us"] / server[f"sample_{q}_us"]) * 100
                  for q in ("p50", "p99") if server.get(f"sample_{q}_us") and in_network.get(f"sample_{q}_us")}
     if as_json:
-        click.echo(json.dumps({"rows": rows, "in_network_vs_server_reduction_pct": reduction}, indent=2))
+        click.echo(json.dumps({"rows": rows, "in_network_vs_server_reduction_pct": reduction, "message_bytes": sizes,
+                               "wire_round_trip_us": wire}, indent=2))
         return
     click.echo(f"DQN CartPole-v1, {steps} env steps, replay {replay}, learner-bound (train every step, batch 64)")
     click.echo(f"{'placement':<11} {'transport':<9} {'env steps/s':>11} {'updates/s':>10} {'SAMPLE p50 us':>14} {'p99 us':>10}")
@@ -60,6 +139,27 @@ def placement_command(transport: str, replay: str, steps: int, actors: int, seed
                    f"{r['sample_p50_us'] or float('nan'):>14.1f} {r['sample_p99_us'] or float('nan'):>10.1f}")
     for q, pct in reduction.items():
         click.echo(f"in-network vs server, SAMPLE {q}: {-pct:+.1f} %   ({PAPER_IN_NETWORK})")
+    click.echo(f"\nwhere the replay ops' time went (p50 us, all measured; % of what the role saw where that is the "
+               f"round trip alone). wire: {transport}'s "
+               f"own round trip of a message that size (INSERT {sizes['INSERT']} B, SAMPLE {sizes['SAMPLE']} B each "
+               f"way: {wire['INSERT']:.1f} / {wire['SAMPLE']:.1f} us, an echo after the runs); node: its handling "
+               "less the memory operation; rest: client codec, bookkeeping and both ends' loops")
+    click.echo(f"{'placement':<11} {'op':<18} {'role sees':>9} {'wire':>13} {'node':>13} {'memory':>13} {'rest':>13}"
+               "   what the role's time is")
+    for row in rows[1:]:
+        for share in row["shares"]:
+            measured = share["measured_us"]
+            whole = measured if share["alone"] else None  # a share is a part of the role's time only then
+            click.echo(f"{row['placement']:<11} {share['op']:<18} "
+                       f"{measured if measured is not None else float('nan'):>9.1f} "
+                       + " ".join(_format_share(share[key], whole) for key in ("wire_us", "node_us", "memory_us",
+                                                                                "rest_us"))
+                       + f"   {share['seen']}")
+    for row in rows[1:]:
+        fast = row.get("fast_path") or {}
+        click.echo(f"{row['placement']} replay node: fast path " + (
+            "served " + ", ".join(f"{op} {n:,}" for op, n in fast["served"].items()) if fast.get("on")
+            else f"off ({fast.get('why', 'not reported')})"))
 
 
 @click.command("actors")

@@ -18,14 +18,14 @@ from rlbench.kit.bench import parse_sizes
 
 DEFAULT_SIZES = (64, 4096)
 _WARMUP = 300
-_ECHO, _SINK, _FINISH, _QUIT = b"e", b"s", b"f", b"q"
+ECHO, _SINK, _FINISH, QUIT = b"e", b"s", b"f", b"q"  # the first byte of each message to the echo server
 
 
-def _serve(name: str, addresses: Any) -> None:
+def serve_echo(name: str, options: dict[str, Any], addresses: Any) -> None:
     """Echo server: echoes e-messages, counts s-messages, answers f with the count, stops on q."""
     from rlbench.plugins import get_registry
 
-    listener = get_registry().get("transport", name).create().listen(None)
+    listener = get_registry().get("transport", name).create(**options).listen(None)
     addresses.put(listener.address)
     sunk = 0
     try:
@@ -35,14 +35,14 @@ def _serve(name: str, addresses: Any) -> None:
                 return
             peer, message = item
             op = message[:1]
-            if op == _ECHO:
+            if op == ECHO:
                 listener.send(peer, message)
             elif op == _SINK:
                 sunk += 1
             elif op == _FINISH:
                 listener.send(peer, sunk.to_bytes(8, "little"))
                 sunk = 0
-            elif op == _QUIT:
+            elif op == QUIT:
                 return
     finally:
         listener.close()
@@ -54,13 +54,13 @@ def _start_server(name: str, crosses_processes: bool) -> tuple[Any, str]:
 
         context = multiprocessing.get_context("spawn")
         addresses = context.Queue()
-        server: Any = context.Process(target=_serve, args=(name, addresses), daemon=True)
+        server: Any = context.Process(target=serve_echo, args=(name, {}, addresses), daemon=True)
     else:
         import queue
         import threading
 
         addresses = queue.Queue()
-        server = threading.Thread(target=_serve, args=(name, addresses), daemon=True)
+        server = threading.Thread(target=serve_echo, args=(name, {}, addresses), daemon=True)
     server.start()
     return server, addresses.get(timeout=60)
 
@@ -82,7 +82,7 @@ def _measure(connection: Any, size: int, seconds: float) -> dict[str, Any]:
 
     from rlbench.metrics import Histogram
 
-    echo = _ECHO + bytes(max(0, size - 1))
+    echo = ECHO + bytes(max(0, size - 1))
     for _ in range(_WARMUP):
         connection.request(echo, timeout=10.0)
     samples = []
@@ -137,7 +137,7 @@ def benchmark_transports(names: list[str] | None = None, sizes: tuple[int, ...] 
             cases = [_measure(connection, size, seconds) for size in sizes]
             stats = dict(connection.stats)
         finally:
-            connection.send(_QUIT)
+            connection.send(QUIT)
             connection.close()
             server.join(10)
         results["transports"][component.name] = {

@@ -15,10 +15,17 @@ Zero priorities are allowed: such items are never sampled and do not take part i
 normalisation. The sum/min tree is C (`rlbench/_native/sumtree.c`); see there for its layout.
 
 Neither memory is thread-safe: one owner (the learner or the replay server) calls it.
+
+`native_handle()` gives the replay node's native fast path (rlbench/_native/wire.c) what it works
+on: the memory itself, whose ring (_size, _cursor, _columns and the counters) it reads and writes by
+these names exactly as add / sample / update_priorities do, its generator and its sum tree (whose
+update and sampling code it calls). Only these two classes have one: a subclass may change any of
+those methods. tests/test_fast_path.py checks that both paths store and sample the same.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -40,6 +47,13 @@ def probe_native() -> Probe:
     if not hasattr(_sumtree, "SumTree"):
         return Probe.missing(f"rlbench._sumtree is an old placeholder build; {BUILD_HINT}")
     return Probe.ok(f"C sum/min tree, {_sumtree.ARITY}-ary")
+
+
+@dataclass(frozen=True)
+class NativeHandle:
+    memory: "UniformReplay"
+    rng: np.random.Generator
+    tree: Any  # rlbench._sumtree.SumTree; None for uniform replay
 
 
 class UniformReplay:
@@ -136,6 +150,12 @@ class UniformReplay:
         """Accepted and ignored (after validation): uniform sampling has no priorities."""
         self._updated_items += len(validated_update(indices, priorities, self._size)[0])
         self._updates += 1
+
+    def native_handle(self) -> NativeHandle | None:
+        """What the replay node's fast path works on (see the module's notes); None for a subclass."""
+        if type(self) not in (UniformReplay, PrioritizedReplay):
+            return None
+        return NativeHandle(self, self._rng, getattr(self, "_tree", None))
 
     def stats(self) -> dict[str, Any]:
         return {

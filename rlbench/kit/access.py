@@ -12,7 +12,21 @@ clients to it: `actor` and `learner` (`rlbench.runtime`'s ReplayClient: add / ad
 add_finish, sample, update_priorities, credit and wait_pushed for in-network placement). The node
 never rate-limits (a benchmark measures access, not the algorithm's pacing) and its budget never
 ends; leaving the block shuts it down. `node.report()` is the node's own report (per-op serve
-times, counters, link bytes).
+times, counters, link bytes); `fast_path=False` makes it serve every message through its general
+(Python) path, the peer of its native fast path.
+
+Where the time of an operation went, all measured, p50s in microseconds:
+
+    with wire_echo("dpdk", transport_options=options) as round_trip, \
+            replay_node("dpdk", transport_options=options) as node:
+        before = node.histograms()
+        ...  # blocks of INSERTs (their p50: `measured`), and between them blocks of
+        ...  # round_trip(message_bytes("INSERT", batch)) (their p50: `wire`)
+        shares = time_shares("INSERT", measured, wire, before, node.histograms())
+
+splits it into the wire's share (the transport's own round trip of a message of the same size, an
+echo with nothing of rlbench's on either side), the node's own (its handling time less the memory
+operation), the memory operation's, and the client's remainder (its codec and bookkeeping).
 """
 
 from __future__ import annotations
@@ -20,12 +34,14 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import secrets
+import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
+
 
 
 def _serve(transport: str, transport_options: dict[str, Any], placement: str, replay: str, capacity: int,
-           replay_options: dict[str, Any], batch_size: int, secret: bytes | None, addresses: Any) -> None:
+           replay_options: dict[str, Any], batch_size: int, secret: bytes | None, fast_path: bool, addresses: Any) -> None:
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed.rate_limiter import RateLimiter
     from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
@@ -37,7 +53,7 @@ def _serve(transport: str, transport_options: dict[str, Any], placement: str, re
     memory = memory_component.create(capacity=capacity, alpha=0.6, seed=0, **replay_options)
     limiter = RateLimiter(1.0, min_size_to_sample=1, error_buffer=1e18)  # never holds anyone back
     settings = NodeSettings(placement=placement, total_steps=1 << 62, batch_size=batch_size, secret=secret,
-                            max_message_bytes=transport_component.capabilities.max_message_bytes)
+                            max_message_bytes=transport_component.capabilities.max_message_bytes, fast_path=fast_path)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     addresses.put(listener.address)
     try:
@@ -59,11 +75,36 @@ class NodeUnderTest:
 
         return messages.read_json(self.control.request(Op.STATS)[1]["json"])
 
+    def histograms(self) -> dict[str, Any]:
+        """The node's histograms now (rlbench.metrics.Histogram by name: serve.OP, memory.OP, ...)."""
+        from rlbench.metrics import Histogram
+
+        return {name: Histogram.from_dict(data) for name, data in self.report().get("histograms", {}).items()}
+
+
+@contextlib.contextmanager
+def _spawned(target: Callable[..., None], args: tuple[Any, ...]) -> Iterator[str]:
+    """A server process (spawned: nothing inherited) and the address it announces."""
+    context = multiprocessing.get_context("spawn")
+    addresses = context.Queue()
+    process = context.Process(target=target, args=(*args, addresses), daemon=True)
+    process.start()
+    try:
+        yield addresses.get(timeout=60)
+    finally:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        addresses.close()
+        addresses.join_thread()
+
 
 @contextlib.contextmanager
 def replay_node(transport: str, *, transport_options: dict[str, Any] | None = None, placement: str = "server",
                 replay: str = "prioritized", capacity: int = 1 << 17, replay_options: dict[str, Any] | None = None,
-                batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0) -> Iterator[NodeUnderTest]:
+                batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0,
+                fast_path: bool = True) -> Iterator[NodeUnderTest]:
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed.channel import Channel
     from rlbench.runtime.distributed.messages import Op
@@ -72,32 +113,109 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
     transport_options = transport_options or {}
     component = get_registry().get("transport", transport)  # unknown names: did you mean
     secret = secrets.token_bytes(32) if authenticate else None
-    context = multiprocessing.get_context("spawn")
-    addresses = context.Queue()
-    process = context.Process(target=_serve, daemon=True,
-                              args=(transport, transport_options, placement, replay, capacity, replay_options or {},
-                                    batch_size, secret, addresses))
-    process.start()
     channels: list[Any] = []
-    try:
-        address = addresses.get(timeout=60)
+    with _spawned(_serve, (transport, transport_options, placement, replay, capacity, replay_options or {},
+                           batch_size, secret, fast_path)) as address:
+        try:
+            def channel(role: str) -> Any:
+                connection = component.create(**transport_options).connect(address, timeout=timeout)
+                opened = Channel(connection, reliable=component.capabilities.reliable, timeout=timeout)
+                channels.append(opened)
+                opened.authenticate(role, 0, secret)
+                return opened
 
-        def channel(role: str) -> Any:
-            connection = component.create(**transport_options).connect(address, timeout=timeout)
-            opened = Channel(connection, reliable=component.capabilities.reliable, timeout=timeout)
-            channels.append(opened)
-            opened.authenticate(role, 0, secret)
-            return opened
+            control = channel("launcher")
+            yield NodeUnderTest(address, ReplayClient(channel("actor")), ReplayClient(channel("learner")), control)
+            control.request(Op.SHUTDOWN)
+        finally:
+            for opened in channels:
+                opened.close()
 
-        control = channel("launcher")
-        yield NodeUnderTest(address, ReplayClient(channel("actor")), ReplayClient(channel("learner")), control)
-        control.request(Op.SHUTDOWN)
-    finally:
-        for opened in channels:
-            opened.close()
-        process.join(10)
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-        addresses.close()
-        addresses.join_thread()
+
+# --------------------------------------------------------------------------- where the time went
+@contextlib.contextmanager
+def wire_echo(transport: str, *, transport_options: dict[str, Any] | None = None,
+              timeout: float = 30.0) -> Iterator[Callable[[int], int]]:
+    """The transport's own round trip, with nothing of rlbench's codec or node on either side: an
+    echo server in its own process over the same transport and options. Yields `round_trip(size)`,
+    the nanoseconds of one `connection.request` of a `size`-byte message. Measure in blocks
+    interleaved with the replay node's (on a small machine two busy-polling servers slow each other
+    while both are active; an idle one soon sleeps)."""
+    from rlbench.bench.transport import ECHO, QUIT, serve_echo
+    from rlbench.plugins import get_registry
+
+    transport_options = transport_options or {}
+    component = get_registry().get("transport", transport)
+    payloads: dict[int, bytes] = {}
+    clock = time.perf_counter_ns
+    with _spawned(serve_echo, (transport, transport_options)) as address:
+        connection = component.create(**transport_options).connect(address, timeout=timeout)
+
+        def round_trip(size: int) -> int:
+            payload = payloads.get(size)
+            if payload is None:
+                payload = payloads[size] = ECHO + bytes(max(0, size - 1))
+            started = clock()
+            connection.request(payload, timeout=timeout)
+            return clock() - started
+
+        try:
+            yield round_trip
+        finally:
+            connection.send(QUIT)
+            connection.close()
+
+
+def message_bytes(op: str, transitions: Mapping[str, Any]) -> int:
+    """Bytes each way of an echo that carries what one op's round trip carries (the mean of its
+    request and its reply): INSERT of these transitions, or SAMPLE of as many rows as they hold."""
+    import numpy as np
+
+    from rlbench.runtime.distributed import messages
+    from rlbench.runtime.distributed.messages import Op
+
+    rows = len(transitions["obs"])
+    if op == "INSERT":
+        request = {**transitions, "produced": np.int64(rows)}
+        reply = (Op.INSERTED, {"produced": np.int64(0), "params_version": np.int64(0),
+                               "learner_updates": np.int64(0), "finished": np.uint8(0)})
+    elif op == "SAMPLE":
+        request = {"batch_size": np.int64(rows), "beta": np.float64(0.4)}
+        reply = (Op.BATCH, {"indices": np.zeros(rows, np.int64), "weights": np.zeros(rows, np.float32),
+                            **transitions, "step": np.int64(0)})
+    else:
+        raise ValueError(f"message_bytes: INSERT or SAMPLE, not {op!r}")
+    sizes = [len(messages.joined(messages.encode(Op[op], request))), len(messages.joined(messages.encode(*reply)))]
+    return (sum(sizes) + 1) // 2
+
+
+def _since(before: Any, after: Any) -> Any:
+    """What a histogram recorded between two snapshots of it."""
+    from rlbench.metrics import Histogram
+
+    recorded = Histogram()
+    if after is None:
+        return recorded
+    previous = before or Histogram()
+    recorded.counts = [a - b for a, b in zip(after.counts, previous.counts)]
+    recorded.count, recorded.total = after.count - previous.count, after.total - previous.total
+    recorded.min, recorded.max = after.min, after.max  # the window's own extremes are not kept: the run's
+    return recorded
+
+
+def time_shares(op: str, measured_us: float, wire_us: float, before: Mapping[str, Any],
+                after: Mapping[str, Any]) -> dict[str, Any]:
+    """Where one op's time went, p50s in microseconds (all measured): `measured_us` as its client
+    saw it, `wire_us` the transport's own round trip of a message of the same size, and the node's
+    histograms before and after the op's requests (NodeUnderTest.histograms). The node's own share
+    is its handling time (serve.OP) less the memory operation's (memory.OP); what is left of the
+    measured time is the client's (its codec and bookkeeping; negative when the p50s do not add up,
+    e.g. on a busy machine). Each share also as a % of the measured time."""
+    serve = _since(before.get(f"serve.{op}"), after.get(f"serve.{op}"))
+    memory = _since(before.get(f"memory.{op}"), after.get(f"memory.{op}"))
+    serve_us = serve.percentile(50) / 1e3 if serve.count else float("nan")
+    memory_us = memory.percentile(50) / 1e3 if memory.count else 0.0
+    shares = {"wire_us": wire_us, "node_us": serve_us - memory_us, "memory_us": memory_us,
+              "client_us": measured_us - wire_us - serve_us}
+    return {"op": op, "measured_us": measured_us, "node_messages": serve.count, **shares,
+            "percent": {name[:-3]: 100.0 * value / measured_us for name, value in shares.items()}}

@@ -2,7 +2,10 @@
 
 1. Replay access latency: a real replay node (the runtime's ReplayNode, prioritized memory) in a
    spawned process per transport; INSERT and SAMPLE round trips of CartPole-sized transitions
-   whose payload spans 64 B .. 64 KB, p50/p99, and DPDK's reduction vs each kernel transport.
+   whose payload spans 64 B .. 64 KB, p50/p99, and DPDK's reduction vs each kernel transport; and
+   where each p50 went (rlbench.kit.access.time_shares): the transport's own round trip of a
+   message that size (an echo over the same transport, its blocks alternating with the node's),
+   the node's own handling, the memory operation, the client's rest.
 2. INSERT throughput (32 CartPole transitions per INSERT, as actors send them), DPDK vs kernel.
 3. Prioritized sampling seen by the learner, over DPDK: `server` (SAMPLE request, wait) vs
    `in-network` (the node pushes batches ahead on credit), with the same emulated learner step.
@@ -55,28 +58,43 @@ def _percentiles(samples: list[int]) -> tuple[float, float]:
     return float(np.percentile(array, 50)), float(np.percentile(array, 99))
 
 
-def _access(node: Any, sizes: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+ACCESS_BLOCKS = 10  # node requests and echoes take turns in this many blocks per case
+
+
+def _access(node: Any, round_trip: Any, sizes: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+    from rlbench.kit.access import message_bytes, time_shares
+
     clock = time.perf_counter_ns
     actor, learner = node.actor, node.learner
     actor.add(_transitions(4096, seed=1))  # enough items for the largest SAMPLE
     cases = []
+    per_block = max(1, requests // ACCESS_BLOCKS)
     for size in sizes:
         n = max(1, round(size / TRANSITION_BYTES))
         batch = _transitions(n, seed=size)
+        echo_bytes = {"INSERT": message_bytes("INSERT", batch), "SAMPLE": message_bytes("SAMPLE", batch)}
         inserts, samples = [], []
-        for i in range(requests + 20):
-            started = clock()
-            actor.add(batch)
-            middle = clock()
-            learner.sample(n, 0.4)
-            finished = clock()
-            if i >= 20:  # warm-up
-                inserts.append(middle - started)
-                samples.append(finished - middle)
+        wire: dict[str, list[int]] = {"INSERT": [], "SAMPLE": []}
+        before = node.histograms()
+        for _ in range(ACCESS_BLOCKS):
+            for i in range(per_block + 20):
+                started = clock()
+                actor.add(batch)
+                middle = clock()
+                learner.sample(n, 0.4)
+                finished = clock()
+                if i >= 20:  # warm-up
+                    inserts.append(middle - started)
+                    samples.append(finished - middle)
+            for op, echo in echo_bytes.items():
+                wire[op] += [round_trip(echo) for _ in range(per_block + 20)][20:]
+        after = node.histograms()
         insert_p50, insert_p99 = _percentiles(inserts)
         sample_p50, sample_p99 = _percentiles(samples)
+        shares = {op.lower(): time_shares(op, p50, _percentiles(wire[op])[0], before, after)
+                  for op, p50 in (("INSERT", insert_p50), ("SAMPLE", sample_p50))}
         cases.append({"size": size, "transitions": n, "insert_p50_us": insert_p50, "insert_p99_us": insert_p99,
-                      "sample_p50_us": sample_p50, "sample_p99_us": sample_p99})
+                      "sample_p50_us": sample_p50, "sample_p99_us": sample_p99, "shares": shares})
     return cases
 
 
@@ -246,6 +264,7 @@ def run_reproduction(transports: list[str], sizes: tuple[int, ...], requests: in
                      placement_seconds: float | None) -> dict[str, Any]:
     import rlbench
     from rlbench.errors import RlbenchError
+    from rlbench.kit.access import wire_echo
 
     registry = rlbench.get_registry()
     results: dict[str, Any] = {"sizes": list(sizes), "requests": requests, "dpdk_port": dpdk_port,
@@ -257,8 +276,8 @@ def run_reproduction(transports: list[str], sizes: tuple[int, ...], requests: in
             results["unavailable"][name] = probe.reason
             continue
         options = {"port": dpdk_port} if name == "dpdk" else {}
-        with _node(name, options, "server") as node:
-            results["access"][name] = _access(node, sizes, requests)
+        with wire_echo(name, transport_options=options) as round_trip, _node(name, options, "server") as node:
+            results["access"][name] = _access(node, round_trip, sizes, requests)
             results["insert_throughput"][name] = _insert_throughput(node)
     if "dpdk" not in results["access"]:
         raise RlbenchError("dpdk is unavailable here: " + results["unavailable"].get("dpdk", "not selected"))
@@ -299,6 +318,21 @@ def _format_veth(veth: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _format_shares(results: dict[str, Any]) -> list[str]:
+    lines = ["where each p50 went (us, % of it; all measured): wire = the transport's own round trip of a message "
+             "that size (an echo, blocks alternating with the node's); node = its handling less the memory "
+             "operation; memory = the operation inside the node; client = the rest (codec, bookkeeping, loops)",
+             f"{'op':<7}{'size B':>8}{'transport':>11}{'p50':>10}{'wire':>13}{'node':>13}{'memory':>13}{'client':>13}"]
+    for op in ("insert", "sample"):
+        for size in results["sizes"]:
+            for name, cases in results["access"].items():
+                shares = next(c for c in cases if c["size"] == size)["shares"][op]
+                cells = "".join(f"{shares[f'{part}_us']:>7.1f} {shares['percent'][part]:>4.0f}%"
+                                for part in ("wire", "node", "memory", "client"))
+                lines.append(f"{op.upper():<7}{size:>8}{name:>11}{shares['measured_us']:>10.1f}{cells}")
+    return lines
+
+
 def format_table(results: dict[str, Any]) -> str:
     access = results["access"]
     dpdk = {case["size"]: case for case in access["dpdk"]}
@@ -314,6 +348,7 @@ def format_table(results: dict[str, Any]) -> str:
                 p50, p99 = case[f"{op}_p50_us"], case[f"{op}_p99_us"]
                 note = "" if name == "dpdk" else f"   {_reduction(dpdk[size][f'{op}_p50_us'], p50):6.1f} % vs {name}"
                 lines.append(f"{op.upper():<7}{size:>8}{name:>11}{p50:>10.1f}{p99:>10.1f}{note}")
+    lines += _format_shares(results)
     throughput = results["insert_throughput"]
     lines.append("INSERT throughput, 32 CartPole transitions per INSERT: " + ", ".join(
         f"{name} {rate:,.0f}/s" for name, rate in throughput.items()) + "".join(

@@ -27,7 +27,7 @@ import numpy as np
 from rlbench.errors import RlbenchError
 from rlbench.metrics import Recorder
 from rlbench.runtime.distributed import messages
-from rlbench.runtime.distributed.messages import Op
+from rlbench.runtime.distributed.messages import Op, decode, encode
 
 
 class RemoteError(RlbenchError):
@@ -69,15 +69,34 @@ class Channel:
             raise RemoteError(f"authentication answered {op.name}")
 
     def request(self, op: Op, arrays: Mapping[str, Any] | None = None) -> Reply:
-        """One request and its reply (views valid until the next receive)."""
-        return self.finish(self.begin(op, arrays))
+        """One request and its reply (views valid until the next receive). Over a reliable transport
+        the send and the first receive are one `connection.request` (one native call on some)."""
+        if self.retries:
+            return self.finish(self.begin(op, arrays))
+        request_id = self._next_id
+        self._next_id = request_id % 0xFFFFFFFF + 1
+        try:
+            message = self.connection.request(*encode(op, arrays, request_id), timeout=self.timeout)
+        except TimeoutError:
+            raise RemoteError(f"no reply to {op.name} from the replay node within {self.timeout:.0f} s") from None
+        reply_op, reply_id, reply = decode(message)
+        if reply_id != request_id:  # a push or another request's reply came first: keep it, wait on
+            self._outstanding.add(request_id)
+            try:
+                self._keep(reply_op, reply_id, reply)
+                reply_op, reply = self._await_reply(op, request_id, b"")
+            finally:
+                self._outstanding.discard(request_id)
+        if reply_op == Op.ERROR:
+            raise RemoteError(f"replay node refused {op.name}: {messages.read_text(reply['message'])}")
+        return reply_op, reply
 
     def begin(self, op: Op, arrays: Mapping[str, Any] | None = None) -> Pending:
         """Send a request now and collect its reply later with `finish`. The message is kept (as one
         bytes object) only for a retry over an unreliable transport."""
         request_id = self._next_id
-        self._next_id = self._next_id % 0xFFFFFFFF + 1
-        parts = messages.encode(op, arrays, request_id)
+        self._next_id = request_id % 0xFFFFFFFF + 1
+        parts = encode(op, arrays, request_id)
         self.connection.send(*parts)
         self._outstanding.add(request_id)
         return op, request_id, messages.joined(parts) if self.retries else b""
@@ -85,11 +104,13 @@ class Channel:
     def finish(self, pending: Pending) -> Reply:
         op, request_id, kept = pending
         try:
-            if request_id in self._early:
-                return self._accept(op, *self._early.pop(request_id))
-            return self._accept(op, *self._await_reply(op, request_id, kept))
+            early = self._early.pop(request_id, None) if self._early else None
+            reply_op, reply = early if early is not None else self._await_reply(op, request_id, kept)
         finally:
             self._outstanding.discard(request_id)
+        if reply_op == Op.ERROR:
+            raise RemoteError(f"replay node refused {op.name}: {messages.read_text(reply['message'])}")
+        return reply_op, reply
 
     def _await_reply(self, op: Op, request_id: int, kept: bytes) -> Reply:
         for attempt in range(self.retries + 1):
@@ -101,28 +122,26 @@ class Channel:
                 message = self.connection.recv(timeout=remaining) if remaining > 0 else None
                 if message is None:
                     break
-                reply_op, reply_id, reply = messages.decode(message)
+                reply_op, reply_id, reply = decode(message)
                 if reply_id == request_id:
                     return reply_op, reply
-                if reply_id == 0:  # a push that arrived while we waited
-                    self.pushed.append((reply_op, _copied(reply)))
-                elif reply_id in self._outstanding:  # the reply to another request still in flight
-                    self._early[reply_id] = (reply_op, _copied(reply))
-                else:
-                    self.recorder.count("stale_replies")  # the answer to a request we already retried
+                self._keep(reply_op, reply_id, reply)
             self.recorder.count("request_timeouts")
         raise RemoteError(f"no reply to {op.name} from the replay node within {self.timeout:.0f} s"
                           + (f" after {self.retries} retries" if self.retries else ""))
 
-    @staticmethod
-    def _accept(op: Op, reply_op: Op, reply: dict[str, np.ndarray]) -> Reply:
-        if reply_op == Op.ERROR:
-            raise RemoteError(f"replay node refused {op.name}: {messages.read_text(reply['message'])}")
-        return reply_op, reply
+    def _keep(self, reply_op: Op, reply_id: int, reply: dict[str, np.ndarray]) -> None:
+        """A message that is not the reply being waited for."""
+        if reply_id == 0:  # a push that arrived while we waited
+            self.pushed.append((reply_op, _copied(reply)))
+        elif reply_id in self._outstanding:  # the reply to another request still in flight
+            self._early[reply_id] = (reply_op, _copied(reply))
+        else:
+            self.recorder.count("stale_replies")  # the answer to a request we already retried
 
     def send(self, op: Op, arrays: Mapping[str, Any] | None = None) -> None:
         """One-way message (the node sends no reply)."""
-        self.connection.send(*messages.encode(op, arrays, 0))
+        self.connection.send(*encode(op, arrays, 0))
 
     def next_push(self, timeout: float) -> Reply | None:
         """The next message the node pushed, or None when none came within `timeout`."""
@@ -131,7 +150,7 @@ class Channel:
         message = self.connection.recv(timeout=timeout)
         if message is None:
             return None
-        op, _, arrays = messages.decode(message)
+        op, _, arrays = decode(message)
         if op == Op.ERROR:
             raise RemoteError(f"replay node error: {messages.read_text(arrays['message'])}")
         return op, arrays

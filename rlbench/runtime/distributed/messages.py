@@ -31,6 +31,15 @@ that is not short utf-8, JSON that is not a small object. Structure is checked o
 (op, descriptor block) and remembered; per message only the scalars' values (and the text/JSON
 bodies) are read. A server answers any WireError with ERROR and keeps serving.
 
+Native codec
+------------
+`encode` and `decode` are rlbench._wire's C codec when it is built (NATIVE; NATIVE_REASON says why
+not), built here from this module's own definitions: the C code implements the framing of HEADER,
+ARRAY_TAIL and NBYTES (it refuses to start if they differ), asks `_native_layout` to check each new
+descriptor block against SCHEMAS (and remembers the answer), checks the scalars' ranges itself, and
+hands everything else to `python_encode` / `python_decode`, which accept it or raise their WireError:
+the same messages, the same bytes, the same errors. tests/test_fast_path.py compares the two.
+
 Ops (request -> reply; "one-way" has no reply; "push" is sent by the node, request_id 0)
 --------------------------------------------------------------------------------------
 =================  ============================================================  ==================
@@ -270,8 +279,9 @@ _DESCRIPTORS: dict[tuple[str, np.dtype, tuple[int, ...]], bytes] = {}
 _PADDING = [b"\0" * n for n in range(8)]
 
 
-def encode(op: Op, arrays: Mapping[str, Any] | None = None, request_id: int = 0) -> list[Any]:
-    """Parts to hand to `send(*parts)`: header bytes, then array buffers (no copy of the data)."""
+def python_encode(op: Op, arrays: Mapping[str, Any] | None = None, request_id: int = 0) -> list[Any]:
+    """Parts to hand to `send(*parts)`: header bytes, then array buffers (no copy of the data).
+    (`encode` is this, or the native codec: a small message as one bytes part.)"""
     arrays = arrays or {}
     if len(arrays) > MAX_ARRAYS:
         raise WireError(f"too many arrays ({len(arrays)} > {MAX_ARRAYS})")
@@ -327,9 +337,9 @@ _Layout = tuple[list[_Entry], int, tuple[tuple[str, Any], ...]]
 _LAYOUTS: dict[tuple[int, int, bytes], _Layout] = {}
 
 
-def decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int, dict[str, np.ndarray]]:
+def python_decode(buffer: Any, *, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[Op, int, dict[str, np.ndarray]]:
     """(op, request_id, arrays) of one received message, checked against its op's schema; arrays are
-    views into `buffer`. Raises WireError (see the module's notes)."""
+    views into `buffer`. Raises WireError (see the module's notes). (`decode` is this or the native codec.)"""
     view = memoryview(buffer).cast("B")
     size = view.nbytes
     if size > max_bytes:
@@ -563,7 +573,7 @@ def largest_message(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, inse
                   "weights": np.zeros(batch_size, np.float32), "step": np.int64(0)},
         "PARAMS (the policy's weights)": weights_arrays([np.zeros(shape, np.float32) for shape in policy_shapes], 0),
     }
-    sizes = {what: sum(memoryview(part).nbytes for part in encode(Op.PARAMS, arrays))
+    sizes = {what: sum(memoryview(part).nbytes for part in python_encode(Op.PARAMS, arrays))
              for what, arrays in candidates.items()}
     what = max(sizes, key=sizes.__getitem__)
     return what, sizes[what]
@@ -585,3 +595,47 @@ def role_proof(secret: bytes, role: str, index: int, node_nonce: bytes, client_n
 
 def proofs_match(expected: bytes, got: Any) -> bool:
     return hmac.compare_digest(expected, bytes(got))
+
+
+# ------------------------------------------------------------------------------- the native codec
+EXTENT_FORMAT = "<I"  # one dimension of a shape (descriptors carry ndim of them)
+
+
+def _native_layout(op_code: int, n_arrays: int, block: bytes, request_id: int) -> tuple[Op, list, int, list]:
+    """A descriptor block checked against its op's schema (`_checked_layout`), in the form the native
+    codec remembers: (op, [(name, dtype, shape, offset, nbytes)], end, [(entry, spec, native, low,
+    high)]) where `native` marks a scalar range the C code can check exactly (bounds that are exact
+    doubles); every other check it leaves to `_check_value`."""
+    key = (op_code, n_arrays, block)
+    entries, end, values = _LAYOUTS.get(key) or _checked_layout(key, request_id)
+    position = {entry[0]: i for i, entry in enumerate(entries)}
+    checks = []
+    for name, spec in values:
+        native = isinstance(spec, Scalar) and float(spec.low) == spec.low and float(spec.high) == spec.high
+        checks.append((position[name], spec, native, float(spec.low) if native else 0.0,
+                       float(spec.high) if native else 0.0))
+    described = [(name, dtype, (count,) if shape is None else tuple(shape), offset, nbytes)
+                 for name, dtype, count, shape, offset, nbytes in entries]
+    return Op(op_code), described, end, checks
+
+
+def _native_codec() -> tuple[Any, str]:
+    """(rlbench._wire's codec built from this module's definitions, "") or (None, why not)."""
+    try:
+        from rlbench import _wire
+    except ImportError as exc:
+        return None, f"rlbench._wire is not built ({exc}); build it with `pip install -e .` (needs numpy and gcc)"
+    implemented = tuple(_wire.FORMATS)
+    declared = (HEADER.format, ARRAY_TAIL.format, EXTENT_FORMAT, NBYTES.format)
+    if implemented != declared:
+        return None, f"rlbench._wire implements the framing {implemented}, this module declares {declared}: rebuild it"
+    ops = tuple(Op(code) if code in Op._value2member_map_ else None for code in range(256))
+    codec = _wire.Codec(magic=MAGIC, version=VERSION, dtypes=tuple(DTYPES), ops=ops, max_arrays=MAX_ARRAYS,
+                        max_message_bytes=MAX_MESSAGE_BYTES, layout_of=_native_layout, check_value=_check_value,
+                        encode=python_encode, decode=python_decode)
+    return codec, ""
+
+
+NATIVE, NATIVE_REASON = _native_codec()
+encode = NATIVE.encode if NATIVE is not None else python_encode
+decode = NATIVE.decode if NATIVE is not None else python_decode

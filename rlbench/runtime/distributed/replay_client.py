@@ -4,6 +4,10 @@
 `feedback` holds the node's answer to the last INSERT (produced so far, the newest weights version,
 the learner's updates, whether the run is over): what an actor paces itself by. `step` is the env
 step the last batch was drawn at (for annealing beta).
+
+The data path is kept lean (a round trip to a replay node is a few microseconds over a fast
+transport): scalars travel as Python numbers (the codec sends int as int64 and float as float64, as
+np.asarray does), and each operation records its latency without a context manager.
 """
 
 from __future__ import annotations
@@ -28,25 +32,29 @@ class ReplayClient:
         self.step = 0
         self.finished = False
 
+    def _took(self, name: str, started: int) -> None:
+        self.recorder.histogram(name).record(time.perf_counter_ns() - started)
+
     # ---------------------------------------------------------------------------------- actors
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> None:
         """INSERT and wait for its reply (what was produced is what is inserted)."""
-        self.add_finish(self.add_begin(transitions, priorities, produced=len(transitions["obs"])))
+        started = time.perf_counter_ns()
+        _, reply = self.channel.request(Op.INSERT, _insert(transitions, priorities, len(transitions["obs"])))
+        self._inserted(reply, started)
 
     def add_begin(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
                   produced: int) -> tuple[Pending, int]:
         """Send an INSERT; `add_finish` waits for its reply (an actor steps its env meanwhile).
         `produced`: transitions this actor produced since its last INSERT (stored or not)."""
-        arrays: dict[str, Any] = {name: transitions[name] for name in messages.TRANSITION_FIELDS}
-        arrays["produced"] = np.int64(produced)
-        if priorities is not None:
-            arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
-        return self.channel.begin(Op.INSERT, arrays), time.perf_counter_ns()
+        started = time.perf_counter_ns()
+        return self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced)), started
 
     def add_finish(self, pending: tuple[Pending, int]) -> None:
-        request, t0 = pending
-        _, reply = self.channel.finish(request)
-        self.recorder.histogram("replay.INSERT").record(time.perf_counter_ns() - t0)
+        request, started = pending
+        self._inserted(self.channel.finish(request)[1], started)
+
+    def _inserted(self, reply: dict[str, np.ndarray], started: int) -> None:
+        self._took("replay.INSERT", started)
         feedback = self.feedback
         for name in feedback:
             feedback[name] = int(reply[name])
@@ -54,8 +62,9 @@ class ReplayClient:
 
     def fetch_params(self, have_version: int) -> tuple[int, list[np.ndarray]] | None:
         """Weights newer than `have_version`, or None (then `finished` says whether the run is over)."""
-        with self.recorder.time("weights.FETCH"):
-            op, arrays = self.channel.request(Op.FETCH_PARAMS, {"have_version": np.int64(have_version)})
+        started = time.perf_counter_ns()
+        op, arrays = self.channel.request(Op.FETCH_PARAMS, {"have_version": int(have_version)})
+        self._took("weights.FETCH", started)
         if op == Op.PARAMS:
             return messages.read_weights(arrays)
         self.finished = self.finished or bool(arrays["finished"])
@@ -64,8 +73,9 @@ class ReplayClient:
     # --------------------------------------------------------------------------------- learner
     def sample(self, batch_size: int, beta: float) -> Sample | None:
         """Server placement: a batch, or None once the run is over."""
-        with self.recorder.time("replay.SAMPLE"):
-            op, arrays = self.channel.request(Op.SAMPLE, {"batch_size": np.int64(batch_size), "beta": np.float64(beta)})
+        started = time.perf_counter_ns()
+        op, arrays = self.channel.request(Op.SAMPLE, {"batch_size": int(batch_size), "beta": float(beta)})
+        self._took("replay.SAMPLE", started)
         return self._to_sample(op, arrays)
 
     def wait_pushed(self, timeout: float) -> Sample | None:
@@ -77,7 +87,7 @@ class ReplayClient:
                 raise RemoteError(f"no batch pushed by the replay node within {timeout:.0f} s")
             op, arrays = got
             if op in (Op.BATCH, Op.END):
-                self.recorder.histogram("replay.SAMPLE").record(time.perf_counter_ns() - t0)
+                self._took("replay.SAMPLE", t0)
                 return self._to_sample(op, arrays)
             self.recorder.count(f"unexpected_push.{op.name}")
 
@@ -92,21 +102,32 @@ class ReplayClient:
                           credit: int | None = None, beta: float | None = None) -> None:
         arrays: dict[str, Any] = {"indices": np.asarray(indices, dtype=np.int64),
                                   "priorities": np.asarray(priorities, dtype=np.float64),
-                                  "learner_updates": np.int64(learner_updates)}
+                                  "learner_updates": int(learner_updates)}
         if credit is not None:
-            arrays.update(credit=np.int64(credit), beta=np.float64(beta))
-        with self.recorder.time("replay.UPDATE_PRIORITIES"):
-            self.channel.send(Op.UPDATE_PRIORITIES, arrays)
+            arrays.update(credit=int(credit), beta=float(beta))
+        started = time.perf_counter_ns()
+        self.channel.send(Op.UPDATE_PRIORITIES, arrays)
+        self._took("replay.UPDATE_PRIORITIES", started)
 
     def credit(self, credit: int, beta: float) -> None:
         """In-network placement: let the node push `credit` more batches ahead."""
-        self.channel.send(Op.CREDIT, {"credit": np.int64(credit), "beta": np.float64(beta)})
+        self.channel.send(Op.CREDIT, {"credit": int(credit), "beta": float(beta)})
 
     def publish_params(self, weights: Sequence[np.ndarray], version: int) -> None:
-        with self.recorder.time("weights.PUBLISH"):
-            self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
+        started = time.perf_counter_ns()
+        self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
+        self._took("weights.PUBLISH", started)
 
     # ---------------------------------------------------------------------------------- anyone
     def bye(self, report: dict[str, Any]) -> None:
         """Leave, handing the node this role's final counters."""
         self.channel.request(Op.BYE, {"report": messages.json_array(report)})
+
+
+def _insert(transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None, produced: int) -> dict[str, Any]:
+    """An INSERT's arrays. `produced`: transitions produced since the last INSERT (stored or not)."""
+    arrays: dict[str, Any] = {name: transitions[name] for name in messages.TRANSITION_FIELDS}
+    arrays["produced"] = int(produced)
+    if priorities is not None:
+        arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
+    return arrays

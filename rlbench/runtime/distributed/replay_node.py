@@ -14,10 +14,23 @@ Nothing a peer sends can stop it: every message is decoded against its op's sche
 (`messages.decode`), every peer proves the run's secret before anything else (when the node has
 one), each op is accepted only from the roles allowed to send it, and any error while handling a
 message becomes an ERROR reply and a counter — the serve loop never sees an exception.
+
+Fast path: for the core memories (their `native_handle()`), rlbench._wire's FastPath serves INSERT,
+SAMPLE and UPDATE_PRIORITIES in one C call per message — decode, the peer's authentication and role,
+the memory operation, the counters, the rate limiter (its Python methods) and the reply's bytes. It
+takes only what this module would accept and serve the same way, and changes nothing before it is
+sure; everything else (refusals, errors, the first INSERT, retries, waiting SAMPLEs, other ops,
+plugin memories) goes through `_handle` here. `NodeSettings.fast_path` turns it off;
+the report's "fast_path" says whether it ran and how many messages it served.
+
+Timing, per op: `serve.OP` is the node's handling of one message from its arrival to its reply
+handed to the transport (the transport's send is the wire's, not counted; a SAMPLE's includes its
+draw, not the time it waited), `memory.OP` the memory operation inside it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
@@ -34,6 +47,7 @@ from rlbench.runtime.distributed.rate_limiter import RateLimiter
 
 IDLE_POLL_S = 0.02
 PRE_AUTH_OPS = (Op.HELLO, Op.AUTH)
+FAST_OPS = (Op.INSERT, Op.SAMPLE, Op.UPDATE_PRIORITIES)
 
 
 @dataclass
@@ -44,11 +58,12 @@ class NodeSettings:
     seconds: float | None = None
     max_message_bytes: int = 1 << 30
     secret: bytes | None = field(default=None, repr=False)  # None: no authentication (benchmarks only)
+    fast_path: bool = True  # serve the core memories' hot ops natively when rlbench._wire is built
 
 
 @dataclass
 class Peer:
-    """What the node knows of one connection."""
+    """What the node knows of one connection (the fast path reads and writes these fields by name)."""
 
     role: str = ""
     index: int = 0
@@ -69,10 +84,13 @@ class _Pending:
     request_id: int
     batch_size: int = 0
     beta: float = 0.4
+    handled_ns: int = 0  # the node's time on it before it waited (serve.SAMPLE adds the draw)
 
 
 @dataclass
 class NodeState:
+    """The node's counters (the fast path reads and writes these fields by name)."""
+
     produced: int = 0  # transitions actors say they produced (reported with each INSERT)
     stored: int = 0
     done: bool = False
@@ -108,21 +126,78 @@ class ReplayNode:
         self.shutdown = False
         self.t0 = time.perf_counter()
         self.cpu0 = os.times()
+        self._message_t0 = 0  # perf_counter_ns when the message being handled arrived
+        self._sent_ns = 0  # time in the transport's send while handling it (the wire's, not the node's)
+        self.fast, self.fast_path_note = self._fast_path()
 
     # ------------------------------------------------------------------------------------ loop
     def serve(self) -> dict[str, Any]:
         clock = time.perf_counter_ns
+        recv, send = self.listener.recv, self.listener.send
+        fast = self.fast.handle if self.fast is not None else None
+        pending_samples, pending_inserts, state = self.pending_samples, self.pending_inserts, self.state
+        in_network = self.settings.placement == "in-network"
         while not self.shutdown:
-            got = self.listener.recv(timeout=IDLE_POLL_S)
+            got = recv(timeout=IDLE_POLL_S)
             if got is not None:
                 peer, message = got
-                t0 = clock()
+                if fast is not None:
+                    try:
+                        reply = fast(peer, message)
+                    except Exception as exc:  # unexpected: the fast path leaves every refusal to _handle
+                        reply = True
+                        self._error(peer, _request_id_of(message), f"refused: {type(exc).__name__}: {exc}",
+                                    "rejected_requests")
+                    if reply is not None:  # served (deadline checked): bytes to send, or True
+                        if reply is not True:
+                            try:
+                                send(peer, reply)
+                            except Exception as exc:  # a peer that vanished must not stop the node
+                                self.recorder.count(f"send_failed.{type(exc).__name__}")
+                        if pending_samples or pending_inserts or (in_network and state.learner is not None):
+                            self._release_pending()  # what this message may have freed (or the pushes)
+                        continue
+                self._message_t0 = t0 = clock()
+                self._sent_ns = 0
                 op = self._handle(peer, message)
-                if op is not None:
-                    self.recorder.histogram(f"serve.{op.name}").record(clock() - t0)
+                if op is not None and op != Op.SAMPLE:  # a SAMPLE's is recorded when it is served
+                    self.recorder.histogram(f"serve.{op.name}").record(clock() - t0 - self._sent_ns)
             self._check_deadline()
             self._release_pending()
         return self.report()
+
+    def _pushing(self) -> bool:
+        return self.settings.placement == "in-network" and self.state.learner is not None
+
+    # ------------------------------------------------------------------------------ fast path
+    def _fast_path(self) -> tuple[Any, str]:
+        """(rlbench._wire's FastPath over this node's memory, "") or (None, why not)."""
+        if not self.settings.fast_path:
+            return None, "off (NodeSettings.fast_path)"
+        if messages.NATIVE is None:
+            return None, messages.NATIVE_REASON
+        native_handle = getattr(self.memory, "native_handle", None)
+        handle = native_handle() if callable(native_handle) else None
+        if handle is None or self.capacity is None:
+            return None, f"{type(self.memory).__name__} has no native handle: every message takes the general path"
+        from rlbench._wire import FastPath
+
+        seconds = self.settings.seconds
+        fast = FastPath(codec=messages.NATIVE, memory=handle.memory, tree=handle.tree, rng=handle.rng, int64=np.int64,
+                        peers=self.peers, state=self.state, pending_samples=self.pending_samples, limiter=self.limiter,
+                        allowed={int(op): messages.ALLOWED_ROLES[op] for op in FAST_OPS},
+                        ops={op.name: int(op) for op in Op}, total_steps=self.settings.total_steps,
+                        deadline=self.t0 + seconds if seconds is not None else math.inf, capacity=self.capacity,
+                        max_message_bytes=self.settings.max_message_bytes, max_credit=messages.MAX_CREDIT,
+                        prioritized=self.prioritized, check_deadline=self._check_deadline,
+                        hold_insert=self._hold_insert, drain=self._drain_fast_timings)
+        return fast, ""
+
+    def _drain_fast_timings(self) -> None:
+        """The fast path's serve and memory times into this node's histograms."""
+        if self.fast is not None:
+            for name, values in self.fast.take_timings().items():
+                self.recorder.histogram(name).record_many(values)
 
     def _check_deadline(self) -> None:
         if self.state.done:
@@ -136,10 +211,15 @@ class ReplayNode:
         self.state.done, self.state.done_reason = True, reason
 
     def _reply(self, peer: int, op: Op, arrays: dict[str, Any] | None = None, request_id: int = 0) -> None:
+        self._send(peer, messages.encode(op, arrays, request_id))
+
+    def _send(self, peer: int, parts: list[Any]) -> None:
+        started = time.perf_counter_ns()
         try:
-            self.listener.send(peer, *messages.encode(op, arrays, request_id))
+            self.listener.send(peer, *parts)
         except Exception as exc:  # a peer that vanished must not stop the node
             self.recorder.count(f"send_failed.{type(exc).__name__}")
+        self._sent_ns += time.perf_counter_ns() - started
 
     def _error(self, peer: int, request_id: int, message: str, counter: str) -> None:
         self.recorder.count(counter)
@@ -222,7 +302,9 @@ class ReplayNode:
             return
         produced = int(arrays["produced"])
         n = len(arrays["obs"])
+        started = time.perf_counter_ns()
         self.memory.add(messages.transitions_of(arrays), arrays.get("priorities"))
+        self.recorder.histogram("memory.INSERT").record(time.perf_counter_ns() - started)
         peer.last_insert = request_id
         now = time.perf_counter()
         if state.first_insert_t is None:
@@ -235,8 +317,11 @@ class ReplayNode:
         if state.done or self.limiter.can_insert(0):
             self._reply(peer_id, Op.INSERTED, self._inserted(), request_id)
         else:  # actors are ahead of the learner: hold the reply, and with it the actor
-            self.pending_inserts.append(_Pending(peer_id, request_id))
-            self.depths.histogram("pending_inserts").record(len(self.pending_inserts))
+            self._hold_insert(peer_id, request_id)
+
+    def _hold_insert(self, peer_id: int, request_id: int) -> None:
+        self.pending_inserts.append(_Pending(peer_id, request_id))
+        self.depths.histogram("pending_inserts").record(len(self.pending_inserts))
 
     def _inserted(self) -> dict[str, Any]:
         s = self.state
@@ -248,6 +333,7 @@ class ReplayNode:
         if self.capacity is not None and pending.batch_size > self.capacity:
             raise ValueError(f"batch_size {pending.batch_size} exceeds the memory's capacity {self.capacity}: "
                              "it could never be served")
+        pending.handled_ns = time.perf_counter_ns() - self._message_t0 - self._sent_ns
         self.pending_samples.append(pending)
         self.depths.histogram("pending_samples").record(len(self.pending_samples))
 
@@ -256,7 +342,9 @@ class ReplayNode:
         if "credit" in arrays:
             self._add_credit(arrays)
         if self.prioritized and len(arrays["indices"]):
+            started = time.perf_counter_ns()
             self.memory.update_priorities(arrays["indices"], arrays["priorities"])
+            self.recorder.histogram("memory.UPDATE_PRIORITIES").record(time.perf_counter_ns() - started)
 
     def _on_credit(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
         self._add_credit(arrays)
@@ -316,39 +404,49 @@ class ReplayNode:
                  Op.FINISH: _on_finish, Op.SHUTDOWN: _on_shutdown}
 
     # --------------------------------------------------------------------------- rate limiting
-    def _batch(self, batch_size: int, beta: float) -> dict[str, Any]:
+    def _batch(self, batch_size: int, beta: float, request_id: int = 0, *, timed: bool = False) -> list[Any]:
+        """A BATCH drawn now, encoded (the fast path's when it can draw it); `timed`: a SAMPLE
+        request's, whose memory time is recorded."""
+        if self.fast is not None:
+            message = self.fast.batch(batch_size, beta, request_id)
+            if message is not None:
+                return [message]
+        started = time.perf_counter_ns()
         sample = self.memory.sample(batch_size, beta)
+        if timed:
+            self.recorder.histogram("memory.SAMPLE").record(time.perf_counter_ns() - started)
         self.limiter.sampled(batch_size)
         fields = {"indices": sample.indices, "weights": sample.weights, **sample.transitions}
-        return {**{name: to_host(value) for name, value in fields.items()},  # a device memory's tensors
-                "step": np.int64(self.state.produced)}
+        batch = {name: to_host(value) for name, value in fields.items()}  # a device memory's tensors
+        return messages.encode(Op.BATCH, {**batch, "step": np.int64(self.state.produced)}, request_id)
 
     def _release_pending(self) -> None:
         size = len(self.memory)
-        if self.pending_samples:
-            waiting: deque[_Pending] = deque()
-            for pending in self.pending_samples:  # each on its own: one that cannot be served blocks no other
-                if self.state.done:
-                    self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
-                elif self.limiter.can_sample(pending.batch_size, size):
-                    self._serve_sample(pending)
-                else:
-                    waiting.append(pending)
-            self.pending_samples = waiting
-        if self.settings.placement == "in-network" and self.state.learner is not None:
+        pending_samples = self.pending_samples  # the fast path holds this deque: kept, never replaced
+        for _ in range(len(pending_samples)):  # each on its own: one that cannot be served blocks no other
+            pending = pending_samples.popleft()
+            if self.state.done:
+                self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
+            elif self.limiter.can_sample(pending.batch_size, size):
+                self._serve_sample(pending)
+            else:
+                pending_samples.append(pending)
+        if self._pushing():
             self._push(size)
         while self.pending_inserts and (self.state.done or self.limiter.can_insert(0)):
             first = self.pending_inserts.popleft()
             self._reply(first.peer, Op.INSERTED, self._inserted(), first.request_id)
 
     def _serve_sample(self, pending: _Pending) -> None:
+        started = time.perf_counter_ns()
         try:
-            batch = self._batch(pending.batch_size, pending.beta)
+            batch = self._batch(pending.batch_size, pending.beta, pending.request_id, timed=True)
         except Exception as exc:
             self._error(pending.peer, pending.request_id, f"SAMPLE refused: {type(exc).__name__}: {exc}",
                         "rejected_requests")
             return
-        self._reply(pending.peer, Op.BATCH, batch, pending.request_id)
+        self.recorder.histogram("serve.SAMPLE").record(pending.handled_ns + time.perf_counter_ns() - started)
+        self._send(pending.peer, batch)
 
     def _push(self, size: int) -> None:
         """In-network placement: stream prioritized batches to the learner while it has credit."""
@@ -365,12 +463,13 @@ class ReplayNode:
             except Exception as exc:
                 self.recorder.count(f"push_failed.{type(exc).__name__}")
                 return
-            self._reply(learner, Op.BATCH, batch)
+            self._send(learner, batch)
             self.recorder.histogram("push.BATCH").record(time.perf_counter_ns() - t0)
             self.state.credit -= 1
 
     # ---------------------------------------------------------------------------------- report
     def report(self) -> dict[str, Any]:
+        self._drain_fast_timings()
         wall = time.perf_counter() - self.t0
         cpu1 = os.times()
         s = self.state
@@ -384,6 +483,7 @@ class ReplayNode:
             "steady_env_steps_per_s": (s.produced - s.first_insert_n) / (s.last_insert_t - s.first_insert_t)
             if s.first_insert_t is not None and s.last_insert_t > s.first_insert_t else None,
             "first_insert_t": s.first_insert_t,  # perf_counter (CLOCK_MONOTONIC: comparable across this host's processes)
+            "last_insert_t": s.last_insert_t,
             "done_reason": s.done_reason,
             "rate_limiter": self.limiter.to_dict(),
             "histograms": {name: h.to_dict() for name, h in self.recorder.histograms.items() if h.count},
@@ -392,5 +492,13 @@ class ReplayNode:
             "link": dict(self.listener.stats),
             "memory": self.memory.stats(),
             "size": len(self.memory),
+            "fast_path": {"on": True, "served": self.fast.handled} if self.fast is not None
+            else {"on": False, "why": self.fast_path_note},
             "reports": s.reports,
         }
+
+
+def _request_id_of(message: Any) -> int:
+    """The request id in a message's header (0 when it has none), to answer it."""
+    header = bytes(memoryview(message)[:messages.HEADER.size])
+    return messages.HEADER.unpack(header)[3] if len(header) == messages.HEADER.size else 0
