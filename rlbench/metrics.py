@@ -187,17 +187,29 @@ class Recorder:
 TIME_CATEGORIES = ("env", "inference", "learner", "replay", "weights", "transport", "bookkeeping")
 
 
-def time_split(recorder: Recorder, window_s: float, categories: dict[str, str]) -> dict[str, float]:
-    """Seconds per category over a role's steady window: `categories` maps a histogram name to its
-    category (histograms that overlap others, e.g. a request timed while the caller works, are left
-    out); the rest of the window is bookkeeping. Also the bookkeeping share of the window."""
+def time_split(recorder: Recorder, window_s: float, categories: dict[str, str],
+               measured: dict[str, float] | None = None) -> dict[str, float]:
+    """Seconds per category over a role's window: `categories` maps a histogram name to its category
+    (histograms that overlap others, e.g. a request timed while the caller works, are left out);
+    `measured` adds seconds timed otherwise (the time a role spent blocked in its replay client);
+    the rest of the window is bookkeeping. Also the bookkeeping share of the window."""
     split = {category: 0.0 for category in TIME_CATEGORIES}
     for name, category in categories.items():
         histogram = recorder.histograms.get(name)
         if histogram is not None:
             split[category] += histogram.total / 1e9
+    for category, seconds in (measured or {}).items():
+        split[category] += seconds
     timed = sum(split.values())
     split["bookkeeping"] = max(0.0, window_s - timed)
     split["window_s"] = window_s
     split["bookkeeping_share"] = split["bookkeeping"] / window_s if window_s > 0 else float("nan")
     return split
+
+
+def bookkeeping_share(splits: dict[str, dict[str, float]]) -> float | None:
+    """rlbench's own share of the roles' busy time (their windows less the time they sat idle)."""
+    busy = sum(split.get("window_s", 0.0) - split.get("idle", 0.0) for split in splits.values())
+    if busy <= 0:
+        return None
+    return sum(split.get("bookkeeping", 0.0) for split in splits.values()) / busy

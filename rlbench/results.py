@@ -389,6 +389,9 @@ def _time_split_lines(result: dict[str, Any]) -> list[str]:
     lines = ["  time split (s)  " + "".join(f"{c:>12}" for c in columns)]
     for role, parts in split.items():
         lines.append(f"    {role:<13}" + "".join(f"{_fmt(parts.get(c), 2):>12}" for c in columns))
+    share = field(result, "bookkeeping_share", float)
+    if share is not None:
+        lines.append(f"  rlbench's own bookkeeping: {share:.1%} of the roles' busy time (the rest is the components' work)")
     return lines
 
 

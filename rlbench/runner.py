@@ -22,7 +22,7 @@ from rlbench.fingerprint import machine_fingerprint
 from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
 from rlbench.results import SCHEMA, check_writable, write
-from rlbench.metrics import Recorder
+from rlbench.metrics import Recorder, bookkeeping_share
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, RunContext
 from rlbench.version import __version__
 from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages
@@ -257,6 +257,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         "energy": energy,
         "accounting": trained.accounting.to_dict(),
         "loop": {k: v for k, v in stats.extra.items() if k != "modelled"},
+        "bookkeeping_share": bookkeeping_share(stats.extra.get("time_split", {})),
         "modelled": stats.extra.get("modelled", {}),
         "replay_stats": trained.replay_stats,
     }

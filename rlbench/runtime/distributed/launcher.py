@@ -406,6 +406,7 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
         stats.extra["queue_depths"] = node_report["queue_depths"]
         stats.extra["replay_memory"] = node_report["memory"]
     stats.extra["roles"] = roles
+    stats.extra["time_split"] = {name: r["time_split"] for name, r in reports.items() if "time_split" in r}
     stats.extra["weights_staleness"] = {name: r.get("staleness") for name, r in reports.items() if name.startswith("actor-")}
     stats.extra["links"] = {name: r.get("link") for name, r in reports.items()}
     return DistributedOutcome(stats, recorder, accounting, curve, final_weights, weights_version, failures,

@@ -31,9 +31,17 @@ class ReplayClient:
         self.feedback = {"produced": 0, "params_version": -1, "learner_updates": 0, "finished": 0}
         self.step = 0
         self.finished = False
+        # ns the caller spent inside this client's calls (an INSERT's begin and finish, not the
+        # stepping between them): what a role's time split attributes to replay and to weights
+        self.blocked = {"replay": 0, "weights": 0}
 
     def _took(self, name: str, started: int) -> None:
-        self.recorder.histogram(name).record(time.perf_counter_ns() - started)
+        elapsed = time.perf_counter_ns() - started
+        self.recorder.histogram(name).record(elapsed)
+        self.blocked["weights" if name.startswith("weights.") else "replay"] += elapsed
+
+    def blocked_s(self) -> dict[str, float]:
+        return {category: ns / 1e9 for category, ns in self.blocked.items()}
 
     # ---------------------------------------------------------------------------------- actors
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> None:
@@ -47,14 +55,22 @@ class ReplayClient:
         """Send an INSERT; `add_finish` waits for its reply (an actor steps its env meanwhile).
         `produced`: transitions this actor produced since its last INSERT (stored or not)."""
         started = time.perf_counter_ns()
-        return self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced)), started
+        request = self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced))
+        self.blocked["replay"] += time.perf_counter_ns() - started
+        return request, started
 
     def add_finish(self, pending: tuple[Pending, int]) -> None:
         request, started = pending
-        self._inserted(self.channel.finish(request)[1], started)
+        waited = time.perf_counter_ns()
+        reply = self.channel.finish(request)[1]
+        self.blocked["replay"] += time.perf_counter_ns() - waited
+        self._inserted(reply, started, blocked=False)
 
-    def _inserted(self, reply: dict[str, np.ndarray], started: int) -> None:
-        self._took("replay.INSERT", started)
+    def _inserted(self, reply: dict[str, np.ndarray], started: int, *, blocked: bool = True) -> None:
+        if blocked:
+            self._took("replay.INSERT", started)
+        else:  # begun, then finished after the caller worked: the histogram holds the round trip
+            self.recorder.histogram("replay.INSERT").record(time.perf_counter_ns() - started)
         feedback = self.feedback
         for name in feedback:
             feedback[name] = int(reply[name])
@@ -111,7 +127,9 @@ class ReplayClient:
 
     def credit(self, credit: int, beta: float) -> None:
         """In-network placement: let the node push `credit` more batches ahead."""
+        started = time.perf_counter_ns()
         self.channel.send(Op.CREDIT, {"credit": int(credit), "beta": float(beta)})
+        self.blocked["replay"] += time.perf_counter_ns() - started
 
     def publish_params(self, weights: Sequence[np.ndarray], version: int) -> None:
         started = time.perf_counter_ns()

@@ -468,6 +468,18 @@ class ReplayNode:
             self.state.credit -= 1
 
     # ---------------------------------------------------------------------------------- report
+    def time_split(self, wall: float) -> dict[str, float]:
+        """The node's time: the memory's operations (replay), its own handling of messages around them
+        (decoding, checks, replies: bookkeeping), and waiting for messages (idle)."""
+        def total(prefix: str) -> float:
+            return sum(h.total for name, h in self.recorder.histograms.items() if name.startswith(prefix)) / 1e9
+
+        replay = total("memory.")
+        handling = total("serve.") + total("push.")
+        bookkeeping = max(0.0, handling - replay)
+        return {"replay": replay, "bookkeeping": bookkeeping, "idle": max(0.0, wall - replay - bookkeeping),
+                "window_s": wall, "bookkeeping_share": bookkeeping / wall if wall > 0 else float("nan")}
+
     def report(self) -> dict[str, Any]:
         self._drain_fast_timings()
         wall = time.perf_counter() - self.t0
@@ -491,6 +503,7 @@ class ReplayNode:
             "counters": dict(self.recorder.counters),
             "link": dict(self.listener.stats),
             "memory": self.memory.stats(),
+            "time_split": self.time_split(wall),
             "size": len(self.memory),
             "fast_path": {"on": True, "served": self.fast.handled} if self.fast is not None
             else {"on": False, "why": self.fast_path_note},

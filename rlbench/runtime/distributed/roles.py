@@ -17,7 +17,7 @@ import numpy as np
 from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
-from rlbench.metrics import Recorder
+from rlbench.metrics import Recorder, time_split
 from rlbench.plugins import get_registry
 from rlbench.runtime.distributed.channel import Channel, RemoteError
 from rlbench.runtime.distributed.messages import WireError
@@ -29,6 +29,10 @@ ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a ro
 PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
 RATE_SLACK_BATCHES = 16  # the rate limiter's slack is at least this many learner batches
 REQUEST_TIMEOUT_S = 60.0
+# What a role's own histograms say about where its time went (its replay client adds the time it was
+# blocked in replay and weights calls; the rest of its loop is rlbench's bookkeeping).
+ACTOR_TIMES = {"env.step": "env", "actor.inference": "inference"}
+LEARNER_TIMES = {"learner.update": "learner"}
 NODE_LOST = (RemoteError, ConnectionError, OSError, WireError)  # what talking to a replay node that is gone raises
 
 
@@ -138,6 +142,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     clock = time.perf_counter_ns
     feedback = client.feedback
     lost = ""
+    loop_t0 = time.perf_counter()
     try:
         while not client.finished:
             global_step = feedback["produced"] + produced - stored_sent
@@ -180,13 +185,15 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
         lost = f"lost the replay node: {type(exc).__name__}: {exc}"
     finally:
         env.close()
+    split = time_split(recorder, time.perf_counter() - loop_t0, ACTOR_TIMES, client.blocked_s())
     if produced > stored_sent:
         dropped["lost with the replay node (never acknowledged)" if lost else "never sent"] = produced - stored_sent
     report = {"role": f"actor-{spec.index}", "produced": produced, "sent": stored_sent, "dropped": dropped,
               "weights_version": version, "curve": curve, "histograms": _histograms(recorder),
               "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
               if "weights_staleness" in staleness.histograms else {"count": 0},
-              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, **_times(t0, cpu0)}
+              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
+              **_times(t0, cpu0)}
     _leave(client, {k: v for k, v in report.items() if k != "curve"}, lost)
     return report
 
@@ -251,6 +258,7 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     updates = samples = 0
     nothing = (np.empty(0, np.int64), np.empty(0))  # a uniform memory takes no priorities
     lost = ""
+    loop_t0 = time.perf_counter()
     try:
         while True:
             sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(hp.batch_size, beta)
@@ -270,7 +278,9 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
         client.publish_params(learner.weights(), learner.updates)  # final weights, for evaluation
     except NODE_LOST as exc:
         lost = f"lost the replay node: {type(exc).__name__}: {exc}"
+    split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, client.blocked_s())
     report = {"role": "learner", "updates": updates, "samples": samples, "histograms": _histograms(recorder),
-              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, **_times(t0, cpu0)}
+              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
+              **_times(t0, cpu0)}
     _leave(client, report, lost)
     return report
