@@ -75,8 +75,10 @@ def run_rlbench(comparison: Comparison, steps: int, seed: int) -> dict[str, Any]
     result = run(RunConfig(algo=comparison.algo, env=comparison.env, replay="uniform", compute="cpu",
                            placement="local", seed=seed, steps=steps, eval_episodes=EVAL_EPISODES,
                            hyperparameters=comparison.rlbench_hyperparameters(steps)))
+    split = result["loop"]["time_split"]["local"]
     return {"env_steps": result["throughput"]["env_steps"],
             "env_steps_per_s": result["throughput"]["steady_env_steps_per_s"],
+            "bookkeeping_s": split["bookkeeping"], "bookkeeping_share": split["bookkeeping_share"],
             "whole_run_env_steps_per_s": result["throughput"]["env_steps_per_s"],
             "startup_s": result["timing"]["startup_s"],
             "episode_returns": [point["return"] for point in result["learning_curve"]],
@@ -140,14 +142,20 @@ def format_report(report: dict[str, Any]) -> str:
              f"# returns: mean of the last {LAST_EPISODES} training episodes, and greedy evaluation over "
              f"{EVAL_EPISODES} episodes",
              summary_line(report["machine_state"]),
-             f"{'side':<14} {'run':>3} {'steady steps/s':>14} {'start-up s':>10} {'last-episodes return':>21} "
-             f"{'greedy eval return':>19}"]
+             "# loop s: the steady loop's seconds; bookkeeping: what of rlbench's loop is rlbench's own (not env, "
+             "inference, learner, replay or weights), beside the CleanRL-style loop's whole loop",
+             f"{'side':<14} {'run':>3} {'steady steps/s':>14} {'start-up s':>10} {'loop s':>8} {'bookkeeping':>15} "
+             f"{'last-episodes return':>21} {'greedy eval return':>19}"]
     for side in ("cleanrl", "rlbench"):
         for i, r in enumerate(report["runs"][side]):
             last = r["last_episodes_mean_return"]
             evaluation = r["evaluation"]
+            loop_s = r["env_steps"] / r["env_steps_per_s"]
+            bookkeeping = (f"{r['bookkeeping_s']:.2f} s {r['bookkeeping_share']:5.1%}" if "bookkeeping_s" in r
+                           else "-")
             lines.append(f"{side + ('-style' if side == 'cleanrl' else ''):<14} {i:>3} {r['env_steps_per_s']:>14.1f} "
-                         f"{r['startup_s']:>10.2f} {'n/a' if last is None else f'{last:.1f}':>21} "
+                         f"{r['startup_s']:>10.2f} {loop_s:>8.2f} {bookkeeping:>15} "
+                         f"{'n/a' if last is None else f'{last:.1f}':>21} "
                          f"{'n/a' if evaluation is None else format(evaluation['mean_return'], '.1f'):>19}")
     medians = report["steady_env_steps_per_s"]
     lines.append(f"median steady env steps/s: rlbench {medians['rlbench']:.1f}, cleanrl-style {medians['cleanrl']:.1f}: "
