@@ -56,6 +56,9 @@ class TransitionLayout:
 
     def __init__(self, fields: Mapping[str, FieldLayout]) -> None:
         self.fields = dict(fields)
+        # numpy arrays are checked against numpy dtypes directly: naming a dtype costs microseconds,
+        # and a replay memory's add sits on every env step of a local run
+        self._numpy = [(name, _numpy_dtype(f.dtype), f.shape) for name, f in self.fields.items()]
 
     @classmethod
     def of(cls, batch: Mapping[str, Any], dtypes: tuple[str, ...] | None = None) -> "TransitionLayout":
@@ -83,32 +86,43 @@ class TransitionLayout:
         """The batch's arrays in layout order, and its number of rows; a ReplayError when any field
         is missing, extra, of another dtype or row shape, or when the fields' lengths differ."""
         fields = self.fields
-        if not isinstance(batch, Mapping) or batch.keys() != fields.keys():
+        if (type(batch) is not dict and not isinstance(batch, Mapping)) or batch.keys() != fields.keys():
             got = sorted(map(str, batch)) if isinstance(batch, Mapping) else type(batch).__name__
             raise ReplayError(f"add() needs exactly the fields {sorted(fields)}, got {got}")
         rows = []
         n = -1
-        for name, layout in fields.items():
+        for name, numpy_dtype, row_shape in self._numpy:
             value = batch[name]
-            if type(value) is not np.ndarray and not hasattr(value, "dtype"):
-                value = np.asarray(value)
+            if type(value) is np.ndarray:
+                same = value.dtype == numpy_dtype
+            else:
+                if not hasattr(value, "dtype"):
+                    value = np.asarray(value)
+                same = dtype_name(value) == fields[name].dtype
             shape = value.shape
-            if len(shape) == 0 or tuple(shape[1:]) != layout.shape or dtype_name(value) != layout.dtype:
+            if not same or len(shape) == 0 or shape[1:] != row_shape:
                 raise ReplayError(
                     f"field {name!r}: got {dtype_name(value)}{list(shape)}, but this memory stores "
-                    f"{layout.describe()} (set by the first add)")
+                    f"{fields[name].describe()} (set by the first add)")
             if n < 0:
-                n = int(shape[0])
+                n = shape[0]
             elif shape[0] != n:
                 raise ReplayError(f"fields have different batch lengths: {name!r} has {shape[0]}, others {n}")
             rows.append(value)
-        return rows, n
+        return rows, int(n)
 
     def row_bytes(self) -> int:
         return sum(f.nbytes for f in self.fields.values())
 
     def describe(self) -> dict[str, str]:
         return {name: f"{f.dtype}{list(f.shape)}" for name, f in self.fields.items()}
+
+
+def _numpy_dtype(name: str) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:  # a dtype numpy does not know (e.g. torch's bfloat16): only tensors carry it
+        return None
 
 
 def check_sample(batch_size: Any, beta: Any, size: int) -> tuple[int, float]:
