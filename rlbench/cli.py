@@ -284,10 +284,12 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
     for name, option in plugin_options.items():
         if kw[name] is not None:
             flags[option.flag] = kw[name]
-    named_transport = "transport" in given or "transport" in from_file
-    if fields["placement"] is None:  # naming a transport asks for roles that talk over it
+    # naming a transport asks for roles that talk over it; a run file that names its placement says
+    # so itself (a local run's file may carry the transport it does not use)
+    named_transport = "transport" in given or ("transport" in from_file and "placement" not in from_file)
+    if fields["placement"] is None:
         fields["placement"] = "server" if named_transport else "local"
-    elif fields["placement"] == "local" and named_transport:
+    elif fields["placement"] == "local" and "transport" in given:
         raise click.UsageError(f"--transport {fields['transport']} has no effect with --placement local (the replay "
                                f"memory is inside the learner's process); use --placement server or in-network")
     config = RunConfig(**fields, hyperparameters=hyperparameters, place=place, out=None if kw["no_out"] else kw["out"])

@@ -198,7 +198,8 @@ def _toml_table(table: dict[str, Any], path: list[str], lines: list[str]) -> Non
 def run_document(config: RunConfig, option_flags: dict[tuple[str, str], str] | None = None) -> dict[str, Any]:
     """The run-file document of a configuration (the inverse of `run_fields`). `option_flags` maps
     (kind, param) to a plugin option's flag, so options are written by the name users type."""
-    document = {name: getattr(config, name) for name in FILE_FIELDS}
+    document = {name: getattr(config, name) for name in FILE_FIELDS
+                if not (name == "transport" and config.placement == "local")}  # a local run has no transport
     if config.hyperparameters:
         document["hyperparameters"] = dict(config.hyperparameters)
     if config.place:

@@ -27,9 +27,11 @@ class FpgaCompute:
         self._context, self._device, self.device_info = devices.default_context()
 
     def torch_device(self) -> Any:
-        import torch
+        """LEARNER_NOTE: no OpenCL training kernels; the learner runs where the core's cpu backend runs
+        it (its torch device and thread count, so it does not take every core)."""
+        import rlbench
 
-        return torch.device("cpu")  # LEARNER_NOTE: no OpenCL training kernels
+        return rlbench.get_registry().get("compute", "cpu").create().torch_device()
 
     def mlp_inference(self, layer_sizes: Sequence[int], *, hidden_activation: str = "relu",
                       output_activation: str = "identity") -> OpenclMLP:

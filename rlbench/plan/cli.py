@@ -1,0 +1,458 @@
+"""`rlbench profile` and `rlbench plan` (attached to the CLI as `profile_command` and `plan_command`).
+
+Only click and the standard library are imported at module level: the CLI imports this module to list
+its commands.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from rlbench.plan.profile import (  # standard library only
+    DEFAULT_CALIBRATED,
+    DEFAULT_DATASETS,
+    TRANSPORT_TIME_LIMIT_S,
+)
+
+DEFAULT_DATASETS_TEXT = ",".join(map(str, DEFAULT_DATASETS))
+
+
+def _echo_err(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _parse_hp(values: tuple[str, ...]) -> dict[str, Any]:
+    from rlbench.cli import (
+        _parse_hyperparameters,  # `rlbench run --hp`'s parser: the same syntax
+    )
+
+    return _parse_hyperparameters(values)
+
+
+def _parse_watts(values: tuple[str, ...]) -> dict[str, float]:
+    watts = {}
+    for item in values:
+        device, sep, raw = item.partition("=")
+        try:
+            watts[device.strip()] = float(raw)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not DEVICE=WATTS (e.g. cpu=12.5)", param_hint="--watts") from None
+        if not sep or watts[device.strip()] <= 0:
+            raise click.BadParameter(f"{item!r} is not DEVICE=WATTS with positive watts", param_hint="--watts")
+    return watts
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"{text!r}: sizes must be positive")
+    return sizes
+
+
+def _rate(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 1e6:
+        return f"{value / 1e6:,.1f}M"
+    return f"{value:,.{digits}f}"
+
+
+# ------------------------------------------------------------------------------------------ profile
+@click.command("profile")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--job", "jobs", multiple=True, metavar="ALGO:ENV",
+              help="A job to profile (repeatable) [default: dqn:CartPole-v1 and qlearning:Taxi-v3].")
+@click.option("--hp", multiple=True, metavar="KEY=VALUE", help="Hyperparameter override of the jobs (repeatable).")
+@click.option("--num-envs", type=click.IntRange(min=1), default=1, show_default=True, help="Environments per actor.")
+@click.option("--dataset", "datasets", default=None, metavar="N,N",
+              help=f"Dataset sizes tabular jobs are timed at [default: {DEFAULT_DATASETS_TEXT}].")
+@click.option("--calibrate", default=",".join(DEFAULT_CALIBRATED), show_default=True, metavar="NAME,NAME",
+              help="Transports with calibration runs (a real short run per placement); the others are predicted "
+                   "from their replay-node figures and the calibrated loops' costs.")
+@click.option("--transport-seconds", type=click.FloatRange(min=1), default=TRANSPORT_TIME_LIMIT_S, show_default=True,
+              help="Time limit of each transport's measurements; a transport exceeding it is left out, with why.")
+@click.option("--merge", is_flag=True, help="Combine the profile FILES (several hosts) into -o instead of measuring.")
+@click.option("-o", "--out", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the profile [default: this machine's cached profile].")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile document as JSON.")
+def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str, ...], num_envs: int,
+                    datasets: str | None, calibrate: str, transport_seconds: float, merge: bool, out: str | None,
+                    as_json: bool) -> None:
+    """Measure what each primitive costs on this machine (replay add/sample/update per memory, learner
+    update and inference per compute backend, env step, round trip and bandwidth per transport, the
+    replay node's per-message costs, a calibration run per placement) for the jobs a plan needs, and
+    cache the profile for `rlbench plan`. Under two minutes for the default jobs."""
+    from rlbench.plan import profile as profiles
+
+    if merge:
+        if len(files) < 2 or not out:
+            raise click.UsageError("--merge takes two or more profile FILES and -o OUT")
+        document = profiles.merge_profiles([profiles.load_profile(f) for f in files])
+        profiles.save_profile(document, out)
+        click.echo(f"merged {len(files)} profiles ({len(document['hosts'])} hosts: "
+                   f"{', '.join(document['hosts'])}) into {out}")
+        return
+    if files:
+        raise click.UsageError("profile FILES are only read with --merge")
+    overrides = _parse_hp(hp)
+    parsed = [profiles.Job.parse(text) for text in (jobs or profiles.DEFAULT_JOBS)]
+    parsed = [profiles.Job.of(j.algo, j.env, overrides, num_envs) for j in parsed]
+    sizes = _sizes(datasets) if datasets else profiles.DEFAULT_DATASETS
+    path = out or str(profiles.default_path())
+    names = tuple(n.strip() for n in calibrate.split(",") if n.strip())
+    document = _measure_into(path, parsed, sizes, calibrate=names, transport_seconds=transport_seconds)
+    if as_json:
+        click.echo(json.dumps(document, indent=1, default=str))
+        return
+    entry = document["hosts"][profiles.this_host_key()]
+    click.echo(format_profile(entry, [j.key for j in parsed]))
+    click.echo(f"profile written to {path} ({entry['profiling_s']:.1f} s)")
+
+
+def _measure_into(path: str, jobs: list[Any], sizes: tuple[int, ...], **settings: Any) -> dict[str, Any]:
+    """Measure `jobs` here and merge them into the profile at `path` (other jobs and hosts kept)."""
+    from pathlib import Path
+
+    from rlbench.plan import profile as profiles
+
+    t0 = time.perf_counter()
+    key, entry = profiles.profile_host(jobs, datasets=sizes, **settings,
+                                       progress=lambda line: _echo_err(f"[{time.perf_counter() - t0:5.1f} s] {line}"))
+    previous = profiles.load_profile(path) if Path(path).exists() else None
+    document = profiles.add_host_entry(previous, key, entry)
+    profiles.save_profile(document, path)
+    return document
+
+
+def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
+    fingerprint = entry["fingerprint"]
+    lines = [f"host {entry['host']}: {fingerprint.get('cpu')}, {fingerprint.get('cores_usable') or fingerprint.get('cores')} "
+             f"cores; power: " + (f"RAPL {entry['power']['idle_w']:.1f} W idle + {entry['power']['per_busy_core_w']:.1f} "
+                                  "W per busy core" if entry["power"].get("kind") == "measured"
+                                  else f"not measured ({entry['power'].get('reason')})")]
+    for name, transport in entry.get("transports", {}).items():
+        if transport.get("available"):
+            cases = ", ".join(f"{c['size']} B {c['p50_us']:.0f} us" for c in transport["cases"])
+            lines.append(f"  transport {name:<6} round trip p50: {cases}")
+    for key in keys:
+        job = entry["jobs"][key]
+        lines.append(f"job {key} ({job['profiling_s']:.1f} s)")
+        if job["kind"] == "tabular-offline":
+            for s in job["settings"]:
+                opts = ",".join(f"{k}={v}" for k, v in s["options"].items())
+                name = s["compute"] + (f"[{opts}]" if opts else "")
+                if not s.get("available"):
+                    lines.append(f"  {name:<18} unavailable: {s.get('reason')}")
+                    continue
+                modelled = s.get("modelled")
+                lines.append(f"  {name:<18} fit_offline {s['fixed_s'] * 1e3:8.2f} ms + {s['per_update_s'] * 1e9:7.2f} ns/update"
+                             + (f"   [modelled hardware: {modelled['fixed_s'] * 1e3:.2f} ms + "
+                                f"{modelled['per_update_s'] * 1e9:.2f} ns/update]" if modelled else ""))
+            continue
+        lines.append(f"  env step {job['env_step_us']:.1f} us")
+        for name, c in job["compute"].items():
+            lines.append(f"  compute {name:<8} " + (f"inference {c['inference_us']:.1f} us, learner update "
+                                                    f"{c['learner_update_us']:.0f} us, publish {c['publish_us']:.1f} us"
+                                                    if c.get("available") else f"unavailable: {c.get('reason')}"))
+        for name, m in job["replay"].items():
+            lines.append(f"  replay {name:<12} " + (f"add {m['add_step_us']:.1f} / insert {m['add_insert_us']:.1f} / "
+                                                    f"sample {m['sample_us']:.1f} / update {m['update_us']:.1f} us"
+                                                    if m.get("available") else f"unavailable: {m.get('reason')}"))
+        for name, node in (job.get("replay_node") or {}).items():
+            if "failed" in node:
+                lines.append(f"  replay node {name:<18} failed: {node['failed']}")
+                continue
+            trip = node.get("sample_rtt_us") or node.get("push_round_us")
+            lines.append(f"  replay node {name:<18} INSERT {node['insert_rtt_us']:.0f} us, "
+                         f"{'SAMPLE' if 'sample_rtt_us' in node else 'push round'} {trip:.0f} us, "
+                         f"FETCH {node['fetch_rtt_us']:.0f} us")
+        for name, run in (job.get("calibration") or {}).items():
+            if "failed" in run:
+                lines.append(f"  calibration {name:<18} failed: {run['failed']}")
+            elif "actor_learning_us" in run:
+                lines.append(f"  calibration {name:<18} actor {run['actor_learning_us']:.1f} us/step while learning "
+                             f"(train every {run['train_every']}; {run['wall_s']:.1f} s run)")
+            else:
+                lines.append(f"  calibration {name:<18} actor {run['free_step_us']:.1f} us/step, learner "
+                             f"{run['update_us']:.0f} us/update ({run['wall_s']:.1f} s run)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- plan
+@click.command("plan")
+@click.option("--algo", default="dqn", show_default=True, help="Algorithm.")
+@click.option("--env", default="CartPole-v1", show_default=True, help="Environment id.")
+@click.option("--hp", multiple=True, metavar="KEY=VALUE", help="Hyperparameter override (repeatable).")
+@click.option("--num-envs", type=click.IntRange(min=1), default=1, show_default=True, help="Environments per actor.")
+@click.option("--dataset", "datasets", default=None, metavar="N,N",
+              help=f"Offline tabular: dataset sizes to plan for [default: {DEFAULT_DATASETS_TEXT}].")
+@click.option("--objective", type=click.Choice(["throughput", "samples-per-joule"]), default="throughput",
+              show_default=True)
+@click.option("--max-actors", type=click.IntRange(min=1), default=None,
+              help="Most actor processes to consider [default: twice the usable cores, at most 8].")
+@click.option("--profile", "profile_file", type=click.Path(dir_okay=False), default=None,
+              help="Profile to use [default: this machine's cached one, measured now if absent].")
+@click.option("--watts", multiple=True, metavar="DEVICE=W",
+              help="Rated power per busy core where no meter exists (modelled), e.g. cpu=12.5.")
+@click.option("--top", type=click.IntRange(min=1), default=12, show_default=True, help="Ranked rows to print.")
+@click.option("--validate", "validate_k", type=click.IntRange(min=0), default=0, metavar="K",
+              help="Run the top K mappings and the default one; print predicted vs measured.")
+@click.option("--sweep", type=click.Choice(["actors"]), default=None,
+              help="Run the chosen family (or the best distributed one) at 1..--max-actors actors.")
+@click.option("--seconds", type=click.FloatRange(min=0.2), default=5.0, show_default=True,
+              help="Learning time of each validation or sweep run (after its warm-up).")
+@click.option("-o", "--out", default="plan.toml", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the chosen plan (a run file: `rlbench run --plan FILE`).")
+@click.option("--no-out", is_flag=True, help="Do not write the plan file.")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Env-step budget written into the plan file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan (and validation) as JSON.")
+def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datasets: str | None, objective: str,
+                 max_actors: int | None, profile_file: str | None, watts: tuple[str, ...], top: int,
+                 validate_k: int, sweep: str | None, seconds: float, out: str, no_out: bool, steps: int | None,
+                 as_json: bool) -> None:
+    """Choose where each task of a job runs (replay memory, compute backend, transport, placement,
+    actor count, host) from the measured profile: every runnable mapping predicted (the model is in
+    rlbench/plan/model.py), ranked, with its bottleneck; the actor balance point; the chosen plan
+    written as a run file. --validate K runs the top K and prints how wrong the prediction was."""
+    from pathlib import Path
+
+    from rlbench.plan import profile as profiles
+    from rlbench.plan.planner import make_plan, plan_document, write_plan
+
+    t0 = time.perf_counter()
+    job = profiles.Job.of(algo, env, _parse_hp(hp), num_envs)
+    path = profile_file or str(profiles.default_path())
+    if profile_file:
+        document = profiles.load_profile(profile_file)
+    else:
+        document = profiles.load_profile(path) if Path(path).exists() else None
+        entry = (document or {}).get("hosts", {}).get(profiles.this_host_key(), {})
+        if job.key not in entry.get("jobs", {}):
+            _echo_err(f"no profile of {job.key!r} on this machine yet: profiling it now (cached at {path})")
+            document = _measure_into(path, [job], _sizes(datasets) if datasets else profiles.DEFAULT_DATASETS)
+    registry = _registry()
+    cores = _host_cores(document)
+    max_actors = max_actors or min(8, 2 * cores)
+    sizes = _sizes(datasets) if datasets else _profiled_sizes(document, job)
+    plan = make_plan(job, document, objective=objective, max_actors=max_actors, datasets=sizes,
+                     watts=_parse_watts(watts), registry=registry)
+    planning_s = time.perf_counter() - t0
+    budget = {"steps": steps} if steps else {}
+    wrote = None
+    if not no_out:
+        write_plan(out, plan_document(plan, plan.chosen, registry, profile_path=path, budget=budget))
+        wrote = out
+    report: dict[str, Any] = {"plan": plan_json(plan, top), "planning_s": planning_s, "plan_file": wrote,
+                              "profile": path}
+    if not as_json:
+        click.echo(format_plan(plan, top=top, profile_path=path, planning_s=planning_s, document=document))
+        if wrote:
+            click.echo(f"chosen: #1 {plan.chosen.mapping.label()} -> wrote {wrote} (run it: rlbench run --plan {wrote})")
+    if validate_k:
+        from rlbench.plan import validation
+
+        checks = validation.validate(plan, validate_k, seconds=seconds, progress=_echo_err)
+        report["validation"] = {"checks": [check_json(c) for c in checks], "summary": validation.summary(checks)}
+        if not as_json:
+            click.echo(format_checks(checks, validation.summary(checks), seconds=seconds, offline=plan.offline))
+    if sweep:
+        report["sweep"] = _sweep(plan, max_actors, seconds, as_json)
+    if as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
+
+
+def _registry() -> Any:
+    import rlbench
+
+    return rlbench.get_registry()
+
+
+def _host_cores(document: dict[str, Any]) -> int:
+    from rlbench.plan.profile import this_host_key
+
+    entry = document["hosts"].get(this_host_key()) or next(iter(document["hosts"].values()))
+    fingerprint = entry.get("fingerprint") or {}
+    return int(fingerprint.get("cores_usable") or fingerprint.get("cores") or 1)
+
+
+def _profiled_sizes(document: dict[str, Any], job: Any) -> tuple[int, ...]:
+    for entry in document["hosts"].values():
+        figures = entry.get("jobs", {}).get(job.key)
+        if figures and figures.get("sizes"):
+            return tuple(figures["sizes"])
+    return ()
+
+
+def _sweep(plan: Any, max_actors: int, seconds: float, as_json: bool) -> dict[str, Any]:
+    from rlbench.plan import validation
+    from rlbench.plan.model import knee
+    from rlbench.plan.planner import knee_of
+
+    if plan.offline:
+        raise click.UsageError("--sweep actors needs a replay-loop algorithm (offline tabular runs have no actors)")
+    chosen = plan.chosen.mapping
+    if chosen.placement == "local":  # the best distributed family, with the chosen learner device if it has one
+        candidates = [r.mapping for r in plan.rows if r.mapping.placement != "local" and r.mapping.host == plan.this_host]
+        if not candidates:
+            raise click.UsageError("no distributed mapping to sweep on this host")
+        chosen = next((m for m in candidates if m.compute == chosen.compute), candidates[0])
+    checks = validation.sweep_actors(plan, chosen, max_actors, seconds=seconds, progress=_echo_err)
+    item = knee_of(plan, chosen)
+    rates = [(c.mapping.actors, c.measured) for c in checks if c.measured]
+    measured_knee = knee(rates) if rates else None
+    if not as_json:
+        click.echo(format_sweep(checks, item, measured_knee))
+    return {"family": item.family if item else chosen.label(), "predicted_knee": item.knee if item else None,
+            "measured_knee": measured_knee, "checks": [check_json(c) for c in checks]}
+
+
+# -------------------------------------------------------------------------------------- rendering
+def plan_json(plan: Any, top: int) -> dict[str, Any]:
+    from rlbench.plan.planner import best_knees
+
+    def row_json(row: Any) -> dict[str, Any]:
+        p = row.prediction
+        return {"rank": row.rank, "mapping": row.mapping.label(), "host": row.mapping.host,
+                "config": {k: v for k, v in row.mapping.config().to_dict().items() if v not in (None, {}, [])},
+                "env_steps_per_s": p.env_steps_per_s, "updates_per_s": p.updates_per_s,
+                "samples_per_joule": p.samples_per_joule, "energy": p.energy_kind, "bottleneck": p.bottleneck,
+                "bounds": p.bounds, "busy_cores": p.busy_cores, "modelled_hardware": p.modelled}
+
+    return {"job": plan.job.key, "objective": plan.objective, "mappings": len(plan.rows),
+            "ranked": [row_json(r) for r in plan.rows[:top]],
+            "default": row_json(plan.default) if plan.default else None,
+            "excluded": [f"{k}: {v}" if v else k for k, v in plan.excluded.items()],
+            "knees": [{"family": k.family, "learner": k.compute, "knee": k.knee, "curve": k.curve}
+                      for k in best_knees(plan)]}
+
+
+def check_json(check: Any) -> dict[str, Any]:
+    return {"rank": check.rank, "mapping": check.mapping.label(), "predicted": check.predicted,
+            "measured": check.measured, "error": check.error, "measured_updates_per_s": check.measured_updates_per_s,
+            "predicted_updates_per_s": check.prediction.updates_per_s, "status": check.status, "steps": check.steps,
+            "machine_state": check.machine}
+
+
+def _table(headers: list[str], rows: list[list[str]], left: int = 2) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).ljust(w) if i < left or i == len(cells) - 1 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(headers), *[line(r) for r in rows]]
+
+
+def format_plan(plan: Any, *, top: int, profile_path: str, planning_s: float, document: dict[str, Any]) -> str:
+    from rlbench.plan.planner import best_knees
+
+    s = plan.schedule
+    host = document["hosts"].get(plan.this_host) or next(iter(document["hosts"].values()))
+    fp = host.get("fingerprint", {})
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(host.get("created_unix", 0)))
+    lines = [f"rlbench plan: {plan.job.algo} on {plan.job.env}"
+             + (f" (hp {', '.join(f'{k}={v}' for k, v in plan.job.hyperparameters)})" if plan.job.hyperparameters else "")
+             + f", objective {plan.objective}",
+             f"profile {profile_path}: host {host.get('host')} ({fp.get('cores_usable') or fp.get('cores')} cores), "
+             f"profiled {when}" + (f"; {len(document['hosts'])} hosts" if len(document["hosts"]) > 1 else ""),
+             f"schedule: batch {s.batch_size}, train every {s.train_every} env steps (samples/insert "
+             f"{s.batch_size / s.train_every:g}), publish every {s.publish_every} updates"
+             if not plan.offline else f"schedule: {s.epochs} epochs over each dataset",
+             *([f"WARNING: the profile was {host['machine_state']['warning']}"]
+               if (host.get("machine_state") or {}).get("warning") else []),
+             _energy_line(plan.power, host), ""]
+    joule = "samples/J" + ("*" if plan.power.kind == "modelled" else "")
+    multi_host = len({r.mapping.host for r in plan.rows}) > 1
+    if plan.offline:
+        headers = ["rank", "mapping", "updates/s here", "hw updates/s (modelled)", joule, "bottleneck"]
+    else:
+        headers = ["rank", "mapping", "env steps/s", "updates/s", joule, "cores", "bottleneck"]
+    if multi_host:
+        headers.insert(2, "host")
+    shown = plan.rows[:top]
+    if plan.default is not None and plan.default not in shown:
+        shown = [*shown, plan.default]
+    body = []
+    for row in shown:
+        p = row.prediction
+        rank = f"{row.rank}" + ("*" if row is plan.default else "")
+        if plan.offline:
+            hw = _rate((p.modelled or {}).get("updates_per_s")) if p.modelled else "-"
+            cells = [rank, row.mapping.label(), _rate(p.updates_per_s), hw, _rate(p.samples_per_joule), p.bottleneck]
+        else:
+            cells = [rank, row.mapping.label(), _rate(p.env_steps_per_s), _rate(p.updates_per_s),
+                     _rate(p.samples_per_joule), f"{p.busy_cores:.2f}", p.bottleneck]
+        if multi_host:
+            cells.insert(2, row.mapping.host)
+        body.append(cells)
+    lines += _table(headers, body)
+    lines.append(f"{len(plan.rows)} mappings predicted in {planning_s:.2f} s; {min(top, len(plan.rows))} shown "
+                 "(--top N for more); rank* = the default mapping (what `rlbench run` picks with no options)")
+    if plan.power.kind == "modelled":
+        lines.append("* modelled: energy from a rated power, not a meter")
+    if plan.offline:
+        lines.append("updates/s here: fit_offline as it runs on this host (an emulated device's emulator, measurable); "
+                     "hw (modelled): the plugin's cost model of the real device, never validated here")
+    if plan.excluded:
+        lines += ["", "left out (each family once):"]
+        lines += [f"  {k}: {v}" if v else f"  {k}" for k, v in plan.excluded.items()]
+    knees = best_knees(plan)
+    if knees:
+        lines += ["", "actor balance point (EMC2'20): actors beyond which throughput stops growing"]
+        for item in knees:
+            curve = ", ".join(f"{a}: {_rate(x)}" + (f" ({_rate(j)}/J)" if j else "") for a, x, j in item.curve)
+            where = (f"{item.knee} actor{'s' if item.knee > 1 else ''}" if item.knee
+                     else f"still growing at {item.curve[-1][0]}")
+            lines.append(f"  learner on {item.compute} ({item.family}): {where}   [{curve}]")
+    return "\n".join(lines)
+
+
+def _energy_line(power: Any, host: dict[str, Any]) -> str:
+    if power.kind != "modelled":
+        return f"energy: predicted {power.kind}: {power.idle_w:.1f} W idle + {power.per_core_w:.1f} W per busy core"
+    why = (host.get("power") or {}).get("reason") or "a rated figure was asked for"
+    return (f"energy: modelled, a rated {power.per_core_w:g} W per busy core (no meter: {why}; "
+            "--watts cpu=W to change it)")
+
+
+def format_checks(checks: list[Any], summary: dict[str, Any], *, seconds: float, offline: bool) -> str:
+    what = "fit_offline updates/s" if offline else f"env steps/s (run of warm-up + {seconds:g} s of learning)"
+    body = []
+    for c in checks:
+        error = c.error
+        others = c.machine.get("other_processes_cores")
+        machine = ("contended" if c.machine.get("contended") else "quiet") + \
+            (f", others {others:.2f} cores" if others is not None else "")
+        body.append([str(c.rank) if c.rank else "default", c.mapping.label(), _rate(c.predicted), _rate(c.measured),
+                     "n/a" if error is None else f"{error:+.1%}", machine, c.status])
+    lines = ["", f"validation: predicted vs measured {what}"]
+    lines += _table(["rank", "mapping", "predicted", "measured", "error", "machine", "status"], body)
+    if summary["median_abs_error"] is not None:
+        lines.append(f"median |error| {summary['median_abs_error']:.1%} over {summary['validated']} mappings "
+                     f"(max {summary['max_abs_error']:.1%})")
+    if summary["first_vs_best"] is not None:
+        lines.append(f"first choice ({summary['first_choice']}) measured {summary['first_vs_best']:.1%} of the best "
+                     f"measured ({summary['best_measured']})")
+    return "\n".join(lines)
+
+
+def format_sweep(checks: list[Any], item: Any, measured_knee: int | None) -> str:
+    lines = ["", f"actor sweep: {item.family if item else ''} (predicted vs measured env steps/s)"]
+    top = max([c.predicted or 0 for c in checks] + [c.measured or 0 for c in checks] + [1])
+    width = 40
+    for c in checks:
+        predicted, measured = c.predicted or 0, c.measured or 0
+        lines.append(f"  {c.mapping.actors:>2} actors  predicted {_rate(predicted):>8}  measured {_rate(measured):>8}  "
+                     f"error {'n/a' if c.error is None else format(c.error, '+.1%'):>7}")
+        lines.append(f"             P |{'#' * int(width * predicted / top):<{width}}|")
+        lines.append(f"             M |{'=' * int(width * measured / top):<{width}}|")
+    predicted_knee = item.knee if item else None
+    lines.append(f"knee: predicted {predicted_knee or 'none (still growing)'}, measured "
+                 f"{measured_knee or 'none (still growing)'}")
+    return "\n".join(lines)
