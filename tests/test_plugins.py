@@ -158,7 +158,7 @@ def test_rlbench_error_is_an_exception_users_can_catch():
     assert issubclass(UnknownComponentError, RlbenchError)
 
 
-TWO_CHAIN_PLUGIN = """
+TWO_LANE_PLUGIN = """
 import functools
 from rlbench.hookspecs import hookimpl
 from rlbench.protocols import EnvironmentCapabilities
@@ -167,13 +167,13 @@ CAPS = EnvironmentCapabilities(action_space="discrete", observation_space="discr
 
 @hookimpl
 def rlbench_register_environments(register):
-    register("chain", functools.partial(make, "chain"), capabilities=CAPS)
-    register("onehot-chain", functools.partial(make, "onehot-chain"), capabilities=CAPS)
+    register("lane", functools.partial(make, "lane"), capabilities=CAPS)
+    register("onehot-lane", functools.partial(make, "onehot-lane"), capabilities=CAPS)
 
 @hookimpl
 def rlbench_register_run_options(option):
-    option("environment", "chain", "--chain-length", "length", type=int)
-    option("environment", "onehot-chain", "--onehot-chain-length", "length", type=int)
+    option("environment", "lane", "--lane-length", "length", type=int)
+    option("environment", "onehot-lane", "--onehot-lane-length", "length", type=int)
 
 def make(name, num_envs=1, *, seed=None, length=4):
     raise SystemExit(f"built {name} with length {length}")
@@ -185,18 +185,18 @@ def test_run_options_are_matched_to_the_component_that_declared_them(plugin_dir)
     from rlbench.config import RunConfig
     from rlbench.validate import options_from_flags, validate
 
-    write_plugin_dist(plugin_dir, "rlbench-chains", "chains", "rlbench_chains", TWO_CHAIN_PLUGIN)
+    write_plugin_dist(plugin_dir, "rlbench-lanes", "lanes", "rlbench_lanes", TWO_LANE_PLUGIN)
     registry, _ = plugins.build()
-    config = RunConfig(algo="qlearning", env="onehot-chain")
-    assert options_from_flags({"--onehot-chain-length": 6}, config, registry) == {"environment": {"length": 6}}
-    with pytest.raises(RlbenchError, match="--chain-length applies to environment chain, which this run does not use"):
-        options_from_flags({"--chain-length": 6}, config, registry)
-    with pytest.raises(RlbenchError, match="did you mean '--chain-length'"):
-        options_from_flags({"--chain-lenght": 6}, config, registry)
+    config = RunConfig(algo="qlearning", env="onehot-lane")
+    assert options_from_flags({"--onehot-lane-length": 6}, config, registry) == {"environment": {"length": 6}}
+    with pytest.raises(RlbenchError, match="--lane-length applies to environment lane, which this run does not use"):
+        options_from_flags({"--lane-length": 6}, config, registry)
+    with pytest.raises(RlbenchError, match="did you mean '--lane-length'"):
+        options_from_flags({"--lane-lenght": 6}, config, registry)
     config.options = {"environment": {"length": 6}}
     assert validate(config, registry).options == {"environment": {"length": 6}}
-    result = run_cli("run", "--algo", "qlearning", "--env", "onehot-chain", "--onehot-chain-length", "6", "--no-out")
-    assert "built onehot-chain with length 6" in result.stderr + result.stdout, result.stderr
+    result = run_cli("run", "--algo", "qlearning", "--env", "onehot-lane", "--onehot-lane-length", "6", "--no-out")
+    assert "built onehot-lane with length 6" in result.stderr + result.stdout, result.stderr
 
 
 def test_a_plugin_that_exits_at_import_is_listed_as_broken(plugin_dir):

@@ -287,8 +287,9 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 first_progress = time.perf_counter() - started  # start-up, on this host's clock (within a poll)
             if last_state["finished"]:
                 break
-            if not learner.alive() and learner.exitcode != 0:
-                stop_reason = f"the learner died ({launcher.failure_of(learner)})"
+            if not learner.alive():  # before the run is over: nothing would sample, the actors would stall
+                stop_reason = (f"the learner died ({launcher.failure_of(learner)})" if learner.exitcode != 0
+                               else "the learner stopped before the run was over (exit code 0)")
                 break
             for actor in actors:
                 if not actor.alive() and actor.exitcode != 0 and actor.name not in reported_dead:
