@@ -50,10 +50,16 @@ class Histogram:
         self.max = 0
 
     def record(self, value_ns: int) -> None:
+        # bucket_index, inlined: this runs on every step of every loop
         value_ns = int(value_ns)
-        if value_ns < 0:
-            value_ns = 0
-        self.counts[bucket_index(value_ns)] += 1
+        if value_ns < SUB_COUNT:
+            if value_ns < 0:
+                value_ns = 0
+            index = value_ns
+        else:
+            shift = value_ns.bit_length() - SUB_BITS
+            index = N_BUCKETS - 1 if shift > MAX_EXPONENT else SUB_COUNT + (shift - 1) * HALF + ((value_ns >> shift) - HALF)
+        self.counts[index] += 1
         if self.count == 0 or value_ns < self.min:
             self.min = value_ns
         if value_ns > self.max:

@@ -94,6 +94,60 @@ def _format_share(value: float | None, measured: float | None) -> str:
     return f"{value:>7.1f} {percent}"
 
 
+# What the learner's "batch wait" is under each placement: three different things, never one figure.
+BATCH_WAIT = {"local": "in-process sample from the memory",
+              "server": "SAMPLE round trip: request, the node's draw, reply",
+              "in-network": "wait for a batch the node already pushed (not a replay access)"}
+
+
+def _learner_stall_us(result: dict, placement: str) -> float | None:
+    """The learner's time not learning, per update: blocked in replay calls (distributed) or sampling
+    and updating priorities (local)."""
+    split = (result["loop"].get("time_split") or {}).get("learner" if placement != "local" else "local") or {}
+    updates = result["throughput"]["updates"]
+    return split.get("replay", 0.0) / updates * 1e6 if updates else None
+
+
+def _auth_cost(transport: str, requests: int = 2000, rounds: int = 4) -> dict[str, dict[str, float]]:
+    """INSERT (one transition) and SAMPLE (32) p50 us against a real replay node with the run's
+    authentication on and off, in alternating rounds; and the handshake's cost per connection."""
+    import time
+
+    import numpy as np
+
+    from rlbench.kit.access import replay_node
+    from rlbench.kit.bench import cartpole_batch
+    from rlbench.plugins import get_registry
+    from rlbench.runtime.distributed.channel import Channel
+
+    one = cartpole_batch(np.random.default_rng(0), 1)
+    times: dict[str, dict[str, list[int]]] = {side: {"INSERT": [], "SAMPLE": [], "handshake": []} for side in ("on", "off")}
+    clock = time.perf_counter_ns
+    component = get_registry().get("transport", transport)
+    for round_ in range(rounds):
+        for side in (("on", "off") if round_ % 2 == 0 else ("off", "on")):
+            with replay_node(transport, authenticate=side == "on") as node:
+                node.actor.add(cartpole_batch(np.random.default_rng(1), 512))
+                for _ in range(requests // rounds):
+                    t0 = clock()
+                    node.actor.add(one)
+                    t1 = clock()
+                    node.learner.sample(32, 0.4)
+                    t2 = clock()
+                    times[side]["INSERT"].append(t1 - t0)
+                    times[side]["SAMPLE"].append(t2 - t1)
+                secret = node.secret
+                for _ in range(5):  # a fresh connection's HELLO (and AUTH) until it may send
+                    channel = Channel(component.create().connect(node.address, timeout=10),
+                                      reliable=component.capabilities.reliable, timeout=10)
+                    t0 = clock()
+                    channel.authenticate("actor", 7, secret)
+                    times[side]["handshake"].append(clock() - t0)
+                    channel.close()
+    return {side: {op: float(np.percentile(np.asarray(values[20:] if op != "handshake" else values) / 1e3, 50))
+                   for op, values in ops.items()} for side, ops in times.items()}
+
+
 @click.command("placement")
 @click.option("--transport", default="shm", show_default=True, help="Transport for server and in-network.")
 @click.option("--replay", default="prioritized", show_default=True)
@@ -102,43 +156,73 @@ def _format_share(value: float | None, measured: float | None) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def placement_command(transport: str, replay: str, steps: int, actors: int, seed: int, as_json: bool) -> None:
-    """Replay SAMPLE latency as the learner sees it, under local / server / in-network, same job.
+    """What each placement (local / server / in-network) changes end to end for the same job — env
+    steps/s, updates/s, the learner's stall per update — beside the per-operation latencies, each
+    labelled with what it measures; where each replay op's time went; what authentication costs.
 
     The learner trains every env step (samples-per-insert = batch size), so it is the bottleneck and
-    sampling is never held by the rate limiter: the latency measured is the replay access itself."""
+    sampling is never held by the rate limiter."""
+    from rlbench.machine_state import summary_line, watch
+
     hp = {"learning_starts": 500, "batch_size": 64, "train_every": 1, "publish_every": 10}
     rows = []
     results = {}
-    for placement in ("local", "server", "in-network"):
-        result = results[placement] = _run(placement=placement, transport=transport, replay=replay, steps=steps,
-                                           seed=seed, actors=1 if placement == "local" else actors,
-                                           hyperparameters=dict(hp))
-        sample = _sample_latency(result)
-        rows.append({"placement": placement, "transport": "-" if placement == "local" else transport,
-                     "status": result["status"], "env_steps_per_s": result["throughput"]["env_steps_per_s"],
-                     "updates_per_s": result["throughput"]["updates_per_s"],
-                     "sample_p50_us": sample.get("p50"), "sample_p99_us": sample.get("p99"),
-                     "sample_count": sample.get("count", 0)})
-    sizes = _message_sizes(hp["batch_size"])
-    wire = _wire_round_trips(transport, sizes)  # after the runs: no replay node polls meanwhile
+    with watch(busy_processes=1 + 2 + actors) as machine:
+        for placement in ("local", "server", "in-network"):
+            result = results[placement] = _run(placement=placement, transport=transport, replay=replay, steps=steps,
+                                               seed=seed, actors=1 if placement == "local" else actors,
+                                               hyperparameters=dict(hp))
+            sample = _sample_latency(result)
+            throughput = result["throughput"]
+            rows.append({"placement": placement, "transport": "-" if placement == "local" else transport,
+                         "status": result["status"], "env_steps_per_s": throughput["steady_env_steps_per_s"],
+                         "updates_per_s": throughput["steady_updates_per_s"],
+                         "learner_stall_per_update_us": _learner_stall_us(result, placement),
+                         "batch_wait": BATCH_WAIT[placement],
+                         "sample_p50_us": sample.get("p50"), "sample_p99_us": sample.get("p99"),
+                         "sample_count": sample.get("count", 0)})
+        sizes = _message_sizes(hp["batch_size"])
+        wire = _wire_round_trips(transport, sizes)  # after the runs: no replay node polls meanwhile
+        auth = _auth_cost(transport)
     for row in rows[1:]:
         node = results[row["placement"]]["loop"]["roles"].get("replay", {})
         row["fast_path"] = node.get("fast_path")
         row["shares"] = _op_shares(results[row["placement"]], row["placement"], wire)
     server, in_network = rows[1], rows[2]
+    change = {key: (in_network[key] / server[key] - 1) * 100
+              for key in ("env_steps_per_s", "updates_per_s", "learner_stall_per_update_us")
+              if server.get(key) and in_network.get(key) is not None}
     reduction = {q: (1 - in_network[f"sample_{q}_us"] / server[f"sample_{q}_us"]) * 100
                  for q in ("p50", "p99") if server.get(f"sample_{q}_us") and in_network.get(f"sample_{q}_us")}
     if as_json:
-        click.echo(json.dumps({"rows": rows, "in_network_vs_server_reduction_pct": reduction, "message_bytes": sizes,
-                               "wire_round_trip_us": wire}, indent=2))
+        click.echo(json.dumps({"rows": rows, "in_network_vs_server_change_pct": change,
+                               "batch_wait_reduction_pct": reduction, "message_bytes": sizes,
+                               "wire_round_trip_us": wire, "authentication_p50_us": auth,
+                               "machine_state": machine.report()}, indent=2))
         return
-    click.echo(f"DQN CartPole-v1, {steps} env steps, replay {replay}, learner-bound (train every step, batch 64)")
-    click.echo(f"{'placement':<11} {'transport':<9} {'env steps/s':>11} {'updates/s':>10} {'SAMPLE p50 us':>14} {'p99 us':>10}")
+    click.echo(f"DQN CartPole-v1, {steps} env steps, replay {replay}, learner-bound (train every step, batch 64); "
+               "all figures measured; rates in the steady window (start-up excluded)")
+    click.echo(summary_line(machine.report()))
+    click.echo(f"{'placement':<11} {'transport':<9} {'env steps/s':>11} {'updates/s':>10} {'stall/update us':>16} "
+               f"{'batch wait p50 us':>18} {'p99 us':>9}   what the batch wait is")
     for r in rows:
-        click.echo(f"{r['placement']:<11} {r['transport']:<9} {r['env_steps_per_s']:>11,.0f} {r['updates_per_s']:>10,.0f} "
-                   f"{r['sample_p50_us'] or float('nan'):>14.1f} {r['sample_p99_us'] or float('nan'):>10.1f}")
-    for q, pct in reduction.items():
-        click.echo(f"in-network vs server, SAMPLE {q}: {-pct:+.1f} %   ({PAPER_IN_NETWORK})")
+        stall = r["learner_stall_per_update_us"]
+        click.echo(f"{r['placement']:<11} {r['transport']:<9} {r['env_steps_per_s'] or float('nan'):>11,.0f} "
+                   f"{r['updates_per_s'] or float('nan'):>10,.0f} {stall if stall is not None else float('nan'):>16.1f} "
+                   f"{r['sample_p50_us'] or float('nan'):>18.1f} {r['sample_p99_us'] or float('nan'):>9.1f}   "
+                   f"{r['batch_wait']}")
+    click.echo("in-network vs server, end to end: " + ", ".join(
+        f"{label} {change[key]:+.1f} %" for key, label in (("env_steps_per_s", "env steps/s"),
+                                                           ("updates_per_s", "updates/s"),
+                                                           ("learner_stall_per_update_us", "learner stall per update"))
+        if key in change))
+    click.echo("the learner's batch wait, in-network (a pushed batch) vs server (a SAMPLE round trip) — unlike "
+               "things, so no paper comparison: " + ", ".join(f"{q} {-pct:+.1f} %" for q, pct in reduction.items())
+               + f"   ({PAPER_IN_NETWORK}, which is communication latency of a sampling request)")
+    click.echo(f"\nauthentication (the run's HMAC handshake), replay node over {transport}, p50 us, alternating rounds: "
+               + "; ".join(f"{op} on {auth['on'][op]:.1f} / off {auth['off'][op]:.1f}"
+                           for op in ("INSERT", "SAMPLE", "handshake"))
+               + " (the handshake is per connection; INSERT is one transition, SAMPLE 32)")
     click.echo(f"\nwhere the replay ops' time went (p50 us, all measured; % of what the role saw where that is the "
                f"round trip alone). wire: {transport}'s "
                f"own round trip of a message that size (INSERT {sizes['INSERT']} B, SAMPLE {sizes['SAMPLE']} B each "

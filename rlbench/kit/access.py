@@ -35,7 +35,7 @@ import contextlib
 import multiprocessing
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 
@@ -68,6 +68,7 @@ class NodeUnderTest:
     actor: Any  # ReplayClient speaking as actor 0
     learner: Any  # ReplayClient speaking as the learner
     control: Any  # Channel speaking as the launcher
+    secret: bytes | None = field(default=None, repr=False)  # the node's (None: it runs without authentication)
 
     def report(self) -> dict[str, Any]:
         from rlbench.runtime.distributed import messages
@@ -125,7 +126,8 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 return opened
 
             control = channel("launcher")
-            yield NodeUnderTest(address, ReplayClient(channel("actor")), ReplayClient(channel("learner")), control)
+            yield NodeUnderTest(address, ReplayClient(channel("actor")), ReplayClient(channel("learner")), control,
+                                secret)
             control.request(Op.SHUTDOWN)
         finally:
             for opened in channels:

@@ -72,9 +72,11 @@ class ReplayClient:
         else:  # begun, then finished after the caller worked: the histogram holds the round trip
             self.recorder.histogram("replay.INSERT").record(time.perf_counter_ns() - started)
         feedback = self.feedback
-        for name in feedback:
-            feedback[name] = int(reply[name])
-        self.finished = bool(feedback["finished"])
+        feedback["produced"] = int(reply["produced"])
+        feedback["params_version"] = int(reply["params_version"])
+        feedback["learner_updates"] = int(reply["learner_updates"])
+        self.finished = bool(int(reply["finished"]))
+        feedback["finished"] = int(self.finished)
 
     def fetch_params(self, have_version: int) -> tuple[int, list[np.ndarray]] | None:
         """Weights newer than `have_version`, or None (then `finished` says whether the run is over)."""
@@ -143,9 +145,11 @@ class ReplayClient:
 
 
 def _insert(transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None, produced: int) -> dict[str, Any]:
-    """An INSERT's arrays. `produced`: transitions produced since the last INSERT (stored or not)."""
-    arrays: dict[str, Any] = {name: transitions[name] for name in messages.TRANSITION_FIELDS}
-    arrays["produced"] = int(produced)
+    """An INSERT's arrays (messages.TRANSITION_FIELDS, spelled out: this is on every actor's insert).
+    `produced`: transitions produced since the last INSERT (stored or not)."""
+    arrays: dict[str, Any] = {"obs": transitions["obs"], "action": transitions["action"],
+                              "reward": transitions["reward"], "next_obs": transitions["next_obs"],
+                              "done": transitions["done"], "produced": int(produced)}
     if priorities is not None:
         arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
     return arrays
