@@ -142,7 +142,9 @@ def test_fuzzed_messages_never_stop_the_node():
 def test_a_dead_actor_is_reported_and_the_run_continues():
     killed: list = []
     kill_role_when_running("rlb-actor-1", after_s=3.0, killed=killed)
-    result = run(short_config(placement="server", transport="tcp", actors=2, steps=40_000))
+    # a light learner (one update per 8 steps): the budget is actor-bound, so the run takes seconds
+    result = run(short_config(placement="server", transport="tcp", actors=2, steps=40_000,
+                              hyperparameters={**SHORT, "train_every": 8}))
     assert killed, "the actor was never seen running"
     assert result["status"] == "complete"
     assert any("actor-1 died" in f for f in result["loop"]["failures"])

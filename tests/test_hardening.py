@@ -317,7 +317,7 @@ def test_an_intruder_without_the_secret_changes_nothing_in_a_run(transport_name,
     thread = threading.Thread(target=intrude, daemon=True)
     thread.start()
     result = run(RunConfig(placement="server", transport=transport_name, actors=2, steps=20000, eval_episodes=0,
-                           hyperparameters=dict(SHORT)))
+                           hyperparameters={**SHORT, "train_every": 4}))  # long enough for the intruder, light learner
     thread.join(timeout=60)
     assert outcome.get("stdout"), outcome.get("stderr")
     attempts = json.loads(outcome["stdout"])
