@@ -57,8 +57,10 @@ weights to FETCH,
   processes adding actors adds no throughput. That is the knee EMC2'20 measures: the actor count
   where X(A + 1) < 1.05 X(A). The bottleneck named is the bound that binds.
   Before learning starts (warm-up, learning_starts env steps) the learner idles and f = 0:
-  X_warm = min(A / a, 1 / v, cores / (a + v)), with the update terms left out. A run's average
-  over S steps with L of warm-up is S / (L / X_warm + (S - L) / X) (`run_average`).
+  X_warm = min(A / a, 1 / v, cores / (a + v)), with the update terms left out. A distributed run's
+  rate limiter also lets actors run its slack ahead of the learner (`insert_lead`, the runtime's
+  own figure), which a short run fills at X_warm too. A run's average over S steps with L of warm-up
+  and slack is S / (L / X_warm + (S - L) / X) (`run_average`).
 
 Not modelled: other processes' use of the cores (the profile and every validation run record it:
 `machine_state`; the plan warns when its profile was measured contended), and the CPU a blocked
@@ -448,15 +450,26 @@ def tabular_setting(job: dict[str, Any], compute: str, options: tuple[tuple[str,
     raise ModelError(f"compute {compute} with {wanted or 'its defaults'} is not in the profile")
 
 
-def run_average(prediction: Prediction, steps: int, learning_starts: int) -> float | None:
-    """The env steps/s a run of `steps` would average, warm-up (no learning) included."""
+def run_average(prediction: Prediction, steps: int, learning_starts: int, insert_lead: float = 0.0) -> float | None:
+    """The env steps/s a run of `steps` would average: the warm-up before learning starts, and the
+    rate limiter's slack (`insert_lead` transitions actors may run ahead of the learner, which a short
+    run fills at the actors' pace), both at the actors' supply rate, then the steady rate."""
     if prediction.env_steps_per_s is None:
         return None
-    warm = min(steps, learning_starts)
+    warm = min(steps, learning_starts + insert_lead)
     if warm <= 0 or not prediction.warm_env_steps_per_s:
         return prediction.env_steps_per_s
     seconds = warm / prediction.warm_env_steps_per_s + (steps - warm) / prediction.env_steps_per_s
     return steps / seconds
+
+
+def insert_lead(mapping: "Mapping", schedule: Schedule) -> float:
+    """The transitions a distributed run's rate limiter lets actors run ahead (none locally)."""
+    if mapping.placement == "local":
+        return 0.0
+    from rlbench.runtime.distributed.roles import rate_limiter_for
+
+    return rate_limiter_for(schedule, mapping.actors).insert_lead
 
 
 def knee(rates: list[tuple[int, float]], gain: float = KNEE_GAIN) -> int | None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlbench.plan.model import Mapping, Prediction, run_average, with_actors
+from rlbench.plan.model import Mapping, Prediction, insert_lead, run_average, with_actors
 from rlbench.plan.planner import Plan, Row
 
 OFFLINE_REPEATS = 5
@@ -99,7 +99,8 @@ def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float) -> Chec
     if prediction.env_steps_per_s is None:
         check.predicted, check.measured = prediction.updates_per_s, updates
     else:
-        check.predicted = run_average(prediction, check.steps, max(learning_starts, plan.schedule.batch_size))
+        check.predicted = run_average(prediction, check.steps, max(learning_starts, plan.schedule.batch_size),
+                                      insert_lead(mapping, plan.schedule))
         check.measured = env
     return check
 

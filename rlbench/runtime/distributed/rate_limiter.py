@@ -43,6 +43,11 @@ class RateLimiter:
     def sampled(self, n: int) -> None:
         self.samples += n
 
+    @property
+    def insert_lead(self) -> float:
+        """Transitions inserts may run ahead of the ratio before they are held: the slack."""
+        return self.error_buffer / self.samples_per_insert
+
     def achieved(self) -> float:
         return self.samples / self.inserts if self.inserts else 0.0
 

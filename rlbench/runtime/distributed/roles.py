@@ -84,6 +84,18 @@ def connect(spec: RoleSpec, transport: Any, capabilities: Any, recorder: Recorde
 
 
 # ------------------------------------------------------------------------------------- replay
+def rate_limiter_for(hp: Any, actors: int) -> RateLimiter:
+    """The run's samples-per-insert limiter: the ratio batch_size / train_every, sampling from
+    learning_starts on, and slack around the ratio: two rounds of inserts from every actor, and at
+    least RATE_SLACK_BATCHES learner batches, so actors and learner are not forced into lock-step (each
+    waiting on the other) when the learner does little per insert; the achieved ratio still converges."""
+    samples_per_insert = hp.batch_size / hp.train_every
+    chunk = ACTOR_INSERT_TRANSITIONS * max(1, actors)
+    error_buffer = max(samples_per_insert * 2 * chunk, RATE_SLACK_BATCHES * hp.batch_size)
+    return RateLimiter(samples_per_insert, max(hp.learning_starts, hp.batch_size),
+                       error_buffer=error_buffer + hp.batch_size * PUSH_CREDIT)
+
+
 def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     """Listens, announces its address through `announce(address)`, serves until SHUTDOWN."""
     registry, config, algorithm, hp = _components(spec)
@@ -93,14 +105,7 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
                                      **spec.options.get("replay", {}))
     listener = transport.listen(spec.address or None)
     announce(listener.address)
-    samples_per_insert = hp.batch_size / hp.train_every
-    chunk = ACTOR_INSERT_TRANSITIONS * max(1, config.actors)
-    # Slack around the target ratio: two rounds of inserts from every actor, and at least
-    # RATE_SLACK_BATCHES learner batches, so actors and learner are not forced into lock-step (each
-    # waiting on the other) when the learner does little per insert; the achieved ratio still converges.
-    error_buffer = max(samples_per_insert * 2 * chunk, RATE_SLACK_BATCHES * hp.batch_size)
-    limiter = RateLimiter(samples_per_insert, max(hp.learning_starts, hp.batch_size),
-                          error_buffer=error_buffer + hp.batch_size * PUSH_CREDIT)
+    limiter = rate_limiter_for(hp, config.actors)
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
                             seconds=config.seconds, max_message_bytes=capabilities.max_message_bytes,
                             secret=spec.secret)
