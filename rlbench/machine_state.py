@@ -11,6 +11,10 @@ until the number looks good; the state is reported as found.
         ...
     state.report()   # a dict for the result; state.warning: "" or one line
 
+The load average is recorded but not judged: it trails the last minute, our own previous run
+included. Contention is judged on what happened during the measurement (other processes' CPU,
+steal) and on the measurement's own processes outnumbering the cores.
+
 From /proc (Linux); elsewhere the fields are None and the reason is said.
 """
 
@@ -24,7 +28,6 @@ from typing import Any, Iterator
 
 CONTENDED_OTHER_CORES = 0.2  # others used a fifth of a core on average: polling loops already feel it
 CONTENDED_STEAL = 0.05  # 5 % of the CPU time went to other guests
-CONTENDED_LOAD = 0.5  # the 1-minute load average per core before we started
 
 
 def _cpu_jiffies() -> tuple[int, int] | None:
@@ -78,8 +81,6 @@ class MachineState:
         reasons = []
         if self.busy_processes > self.cores:
             reasons.append(f"{self.busy_processes} busy processes share {self.cores} core(s)")
-        if self.load_before is not None and self.load_before[0] / self.cores > CONTENDED_LOAD:
-            reasons.append(f"load average {self.load_before[0]:.2f} on {self.cores} core(s) before it started")
         if self.wall_s > 0 and self.other_processes_cpu_s is not None:
             other_cores = self.other_processes_cpu_s / self.wall_s
             if other_cores > CONTENDED_OTHER_CORES:

@@ -7,6 +7,7 @@ import base64
 import html
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from rlbench.report.collect import Group, Inputs, fingerprints
@@ -170,10 +171,16 @@ def _warnings(group: Group) -> str:
     if group.concurrent_cells > 1:
         notes.append(f"cells ran {group.concurrent_cells} at a time on one machine: their throughput and latency "
                      "figures share its cores.")
-    for run in group.all_runs():
+    contended: dict[str, list[str]] = {}  # one line per reason, not one per run
+    runs = group.all_runs()
+    for run in runs:
         state = run.data.get("machine_state")
         if isinstance(state, dict) and (state.get("contended") or state.get("warning")):
-            notes.append(f"{run.path}: machine contended during the run: {state.get('warning') or ''}")
+            reason = str(state.get("warning") or "").removeprefix("measured on a contended machine: ")
+            contended.setdefault(reason, []).append(Path(str(run.path)).stem)
+    for reason, names in contended.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        notes.append(f"{len(names)} of {len(runs)} run(s) measured on a contended machine — {reason}: {shown}")
     if len(fingerprints(group.all_runs())) > 1:
         notes.append("runs came from more than one machine (see the fingerprints below).")
     return "".join(f"<div class='warn'>{_e(n)}</div>" for n in notes)
