@@ -39,6 +39,14 @@ def big_report_role(spec, announce=None):
     return {"role": spec.role, "blob": "x" * spec.total_steps}
 
 
+def silent_learner_role(spec, announce=None):
+    """A learner for fault tests that never publishes weights: actors stay waiting for their first."""
+    import time
+
+    time.sleep(60)
+    return {"role": "learner"}
+
+
 def interrupt_when_ready(proc: "subprocess.Popen", ready, *, settle_s: float, timeout: float = 90) -> tuple[str, str]:
     """Wait until ready() (while the process lives), let it run `settle_s` more, press Ctrl-C, and
     return its output; kills it if it outlives `timeout`."""

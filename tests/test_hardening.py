@@ -381,6 +381,21 @@ def test_a_killed_replay_node_leaves_accounting_of_what_was_produced():
     assert all(roles[f"actor-{i}"]["lost"].startswith("lost the replay node") for i in range(2))
 
 
+def test_a_replay_node_lost_before_the_first_weights_is_reported_as_lost_by_the_actors(monkeypatch):
+    from rlbench.runtime.distributed import launcher
+
+    monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "learner", "support:silent_learner_role")
+    killed: list = []
+    kill_role_when_running("rlb-replay", after_s=3.0, killed=killed)
+    result = run(short(actors=2))
+    assert killed and "replay node died" in result["status_reason"]
+    roles = result["loop"]["roles"]
+    for i in range(2):  # not a failure of the actor ("TransportClosedError"), a loss it reports
+        assert roles[f"actor-{i}"]["lost"].startswith("lost the replay node"), roles[f"actor-{i}"]
+        assert roles[f"actor-{i}"]["produced"] == 0 and roles[f"actor-{i}"]["weights_version"] == -1
+    assert result["accounting"]["produced"] == 0 and result["accounting"]["balanced"]
+
+
 def test_a_stop_reason_is_one_line_even_when_a_role_exits_cleanly_with_a_large_report(monkeypatch):
     from rlbench.runtime.distributed import launcher
 

@@ -131,7 +131,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     recorder = Recorder()
     staleness = Recorder()
     client = connect(spec, transport, capabilities, recorder, "actor")
-    version = _fetch_weights(client, actor, -1, wait=True)
+    version = -1
 
     n = env.spec.num_envs
     rows = max(1, ACTOR_INSERT_TRANSITIONS // n)
@@ -149,6 +149,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     lost = ""
     loop_t0 = time.perf_counter()
     try:
+        version = _fetch_weights(client, actor, version, wait=True)  # a node lost while we wait is lost like any other time
         while not client.finished:
             global_step = feedback["produced"] + produced - stored_sent
             t_a = clock()
