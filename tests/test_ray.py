@@ -240,6 +240,30 @@ def test_ray_nodes_lists_each_node_its_resources_and_components(cluster):
     assert shown.exit_code == 0 and "rlb_b" in shown.output and "tcp" in shown.output
 
 
+def test_profile_measures_each_host_on_one_of_its_own_nodes(cluster, tmp_path):
+    from click.testing import CliRunner
+
+    from rlbench.plan.cli import profile_command
+    from rlbench.plan.profile import load_profile, this_host_key
+
+    out = tmp_path / "cluster.json"
+    job = ["--job", "qlearning:Taxi-v3", "--dataset", "1000", "-o", str(out)]
+    pinned = CliRunner().invoke(profile_command, ["--ray-address", cluster.address, "--nodes", "rlb_c", *job])
+    assert pinned.exit_code == 0, pinned.output
+    entry = load_profile(out)["hosts"][this_host_key()]
+    assert entry["measured_on"]["node_id"] == node_of_resource("rlb_c")  # not the driver's node (rlb_a)
+    assert any(s["compute"] == "cpu" and s["available"] for s in entry["jobs"]["qlearning Taxi-v3"]["settings"])
+    # The three nodes are one machine: one host, measured once, listing every node it has.
+    every = CliRunner().invoke(profile_command, ["--ray-address", cluster.address, *job])
+    assert every.exit_code == 0, every.output
+    document = load_profile(out)
+    assert list(document["hosts"]) == [this_host_key()]
+    assert {n["node_id"] for n in document["hosts"][this_host_key()]["ray_nodes"]} == \
+        {node_of_resource(r) for r in ("rlb_a", "rlb_b", "rlb_c")}
+    unknown = CliRunner().invoke(profile_command, ["--ray-address", cluster.address, "--nodes", "rlb_q", *job])
+    assert unknown.exit_code != 0 and "did you mean 'rlb_" in str(unknown.exception)
+
+
 def test_ray_is_not_imported_by_import_rlbench_list_or_a_local_run():
     script = ("import sys\n"
               "import rlbench\n"

@@ -82,15 +82,24 @@ def _rate(value: float | None, digits: int = 0) -> str:
 @click.option("-o", "--out", default=None, type=click.Path(dir_okay=False),
               help="Where to write the profile [default: this machine's cached profile].")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile document as JSON.")
+@click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+              help="Profile every host of this Ray cluster instead of this machine, each on one of its own nodes.")
+@click.option("--nodes", "node_names", default=None, metavar="NODE,NODE",
+              help="With --ray-address: only the hosts of these nodes (IP, node id, host name, resource or label).")
 def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str, ...], num_envs: int,
                     datasets: str | None, calibrate: str, transport_seconds: float, merge: bool, out: str | None,
-                    as_json: bool) -> None:
+                    as_json: bool, ray_address: str | None, node_names: str | None) -> None:
     """Measure what each primitive costs on this machine (replay add/sample/update per memory, learner
     update and inference per compute backend, env step, round trip and bandwidth per transport, the
     replay node's per-message costs, a calibration run per placement) for the jobs a plan needs, and
-    cache the profile for `rlbench plan`. Under two minutes for the default jobs."""
+    cache the profile for `rlbench plan`. Under two minutes for the default jobs. With --ray-address,
+    each host of the cluster is measured on itself and all go into one profile."""
     from rlbench.plan import profile as profiles
 
+    if node_names and not ray_address:
+        raise click.UsageError("--nodes chooses nodes of a Ray cluster: give --ray-address too")
+    if merge and ray_address:
+        raise click.UsageError("--merge combines FILES and measures nothing: it takes no --ray-address")
     if merge:
         if len(files) < 2 or not out:
             raise click.UsageError("--merge takes two or more profile FILES and -o OUT")
@@ -107,6 +116,11 @@ def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str
     sizes = _sizes(datasets) if datasets else profiles.DEFAULT_DATASETS
     path = out or str(profiles.default_path())
     names = tuple(n.strip() for n in calibrate.split(",") if n.strip())
+    settings = {"datasets": sizes, "calibrate": names, "transport_seconds": transport_seconds}
+    if ray_address:
+        _profile_cluster(ray_address, tuple(n.strip() for n in (node_names or "").split(",") if n.strip()),
+                         parsed, settings, path, as_json)
+        return
     document = _measure_into(path, parsed, sizes, calibrate=names, transport_seconds=transport_seconds)
     if as_json:
         click.echo(json.dumps(document, indent=1, default=str))
@@ -114,6 +128,41 @@ def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str
     entry = document["hosts"][profiles.this_host_key()]
     click.echo(format_profile(entry, [j.key for j in parsed]))
     click.echo(f"profile written to {path} ({entry['profiling_s']:.1f} s)")
+
+
+def _profile_cluster(address: str, node_names: tuple[str, ...], jobs: list[Any], settings: dict[str, Any],
+                     path: str, as_json: bool) -> None:
+    """`rlbench profile --ray-address`: every host measured on itself, merged into the profile at `path`."""
+    from pathlib import Path
+
+    from rlbench.errors import RlbenchError
+    from rlbench.plan import on_ray
+    from rlbench.plan import profile as profiles
+    from rlbench.runtime.distributed.ray_launcher import connect, import_ray
+
+    t0 = time.perf_counter()
+    ray = import_ray()
+    connected = connect(ray, address, 1)
+    try:
+        measured, failed = on_ray.profile_cluster(
+            ray, jobs, settings, node_names=node_names,
+            progress=lambda line: _echo_err(f"[{time.perf_counter() - t0:5.1f} s] {line}"))
+    finally:
+        if connected:
+            ray.shutdown()
+    if measured:
+        document = profiles.load_profile(path) if Path(path).exists() else None
+        for key, entry in measured.items():
+            document = profiles.add_host_entry(document, key, entry)
+        profiles.save_profile(document, path)
+        if as_json:
+            click.echo(json.dumps(document, indent=1, default=str))
+        else:
+            for entry in measured.values():
+                click.echo(format_profile(entry, [j.key for j in jobs]))
+            click.echo(f"profile of {len(measured)} host(s) written to {path} ({time.perf_counter() - t0:.1f} s)")
+    if failed:
+        raise RlbenchError("not profiled: " + "; ".join(failed))
 
 
 def _measure_into(path: str, jobs: list[Any], sizes: tuple[int, ...], **settings: Any) -> dict[str, Any]:
