@@ -28,6 +28,7 @@ from rlbench.builtin.transports.tcp import TcpTransport
 from rlbench.builtin.transports.udp import UdpTransport
 from rlbench.errors import RlbenchError
 from rlbench.kit.framing import MessageTooLargeError, TransportClosedError
+from rlbench.testing import still_serves
 
 MiB = 1 << 20
 RSS_BOUND = 32 * MiB  # what a refused or lying peer may cost the listener's process, at most
@@ -49,20 +50,6 @@ def rss() -> int:
 def host_port(address: str) -> tuple[str, int]:
     host, port = address.split("://", 1)[1].rsplit(":", 1)
     return host, int(port)
-
-
-def serve_one(listener, connection, payload: bytes = b"ping", timeout: float = 5.0) -> None:
-    """An honest peer's request is answered: the listener is still serving."""
-    connection.send(payload)
-    deadline = time.monotonic() + timeout
-    while True:
-        item = listener.recv(timeout=max(0.0, deadline - time.monotonic()))
-        assert item is not None, "the listener stopped answering an honest peer"
-        peer, message = item
-        if bytes(message) == payload:
-            break
-    listener.send(peer, b"re:" + payload)
-    assert bytes(connection.recv(timeout=timeout)) == b"re:" + payload
 
 
 def drain(listener, seconds: float) -> list:
@@ -96,10 +83,10 @@ def test_tcp_prefix_claiming_512_mib_costs_only_what_was_sent_and_others_are_ser
     liar = socket.create_connection(host_port(listener.address))
     honest = TcpTransport().connect(listener.address, timeout=5)
     try:
-        serve_one(listener, honest, b"warm-up")
+        still_serves(listener, honest, b"warm-up")
         before = rss()
         liar.sendall(TCP_PREFIX.pack(512 * MiB) + bytes(300_000))
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         drain(listener, 0.3)  # the liar's bytes are read by now
         grown = rss() - before
         assert grown < RSS_BOUND, f"a 512 MiB claim with 300 kB sent grew the listener by {grown / MiB:.0f} MiB"
@@ -124,13 +111,13 @@ def test_tcp_prefix_over_the_limit_is_refused_and_the_peer_dropped():
             assert liar.recv(10) == b""  # the listener ended the connection
         except ConnectionResetError:
             pass
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         assert rss() - before < RSS_BOUND
         stats = listener.stats
         assert stats["refused_oversize"] == 1 and stats["dropped_peers"] == 1
         assert got[0][0] not in listener.peers and len(listener.peers) == 1
         # A message of exactly the limit still arrives whole.
-        serve_one(listener, honest, bytes(range(256)) * (MiB // 256 - 1))
+        still_serves(listener, honest, bytes(range(256)) * (MiB // 256 - 1))
     finally:
         liar.close()
         honest.close()
@@ -171,11 +158,11 @@ def test_udp_fragment_claiming_a_huge_total_costs_only_what_was_sent(claim):
     honest = UdpTransport().connect(listener.address, timeout=5)
     fragment = 8160
     try:
-        serve_one(listener, honest, b"warm-up")
+        still_serves(listener, honest, b"warm-up")
         before = rss()
         liar.sendto(udp_datagram(0, 0, math.ceil(claim / fragment), claim, fragment, bytes(fragment)),
                     host_port(listener.address))
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         drain(listener, 0.2)
         grown = rss() - before
         assert grown < RSS_BOUND, f"one {fragment}-byte fragment claiming {claim >> 20} MiB grew the listener by {grown / MiB:.0f} MiB"
@@ -205,7 +192,7 @@ def test_udp_refusal_reaches_the_sender_as_message_too_large():
         drain(listener, 0.5)
         thread.join(5)
         assert errors and "max_message_bytes=100000" in errors[0], errors
-        serve_one(listener, sender)  # the same sender goes on with messages within the limit
+        still_serves(listener, sender)  # the same sender goes on with messages within the limit
         stats = listener.stats
         assert stats["refused_oversize"] == 1 and stats["lost"] == 0 and sender.stats["refused_by_peer"] == 1
     finally:
@@ -310,19 +297,19 @@ def test_shm_peer_that_stops_mid_message_does_not_stop_the_listener_and_is_dropp
     honest = transport.connect(listener.address, timeout=5)
     stalled = start_stalled_peer(listener.address)
     try:
-        serve_one(listener, honest, b"hello")
+        still_serves(listener, honest, b"hello")
         for i in range(5):  # served while the stalled peer's half message sits in its ring
-            serve_one(listener, honest, b"ping %d" % i, timeout=2)
+            still_serves(listener, honest, b"ping %d" % i, timeout=2)
         assert listener.stats["reassembly_timeouts"] == 0 and len(listener.peers) == 2
         deadline = time.monotonic() + 5
         while listener.stats["reassembly_timeouts"] == 0 and time.monotonic() < deadline:
-            serve_one(listener, honest, b"meanwhile")
+            still_serves(listener, honest, b"meanwhile")
         stats = listener.stats
         assert stats["reassembly_timeouts"] == 1 and stats["dropped_peers"] == 1
         assert len(listener.peers) == 1
         stop(stalled)  # it dies after being dropped: nothing escapes
         drain(listener, 0.2)
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         assert shm_files() == before_files
     finally:
         stop(stalled)
@@ -337,11 +324,11 @@ def test_shm_peer_that_dies_mid_message_is_dropped_and_counted_without_an_error(
     honest = transport.connect(listener.address, timeout=5)
     stalled = start_stalled_peer(listener.address)
     try:
-        serve_one(listener, honest, b"hello")
-        serve_one(listener, honest, b"while it stalls")
+        still_serves(listener, honest, b"hello")
+        still_serves(listener, honest, b"while it stalls")
         stop(stalled)
         drain(listener, 0.3)  # would raise TransportClosedError if the peer's death escaped
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         stats = listener.stats
         assert stats["truncated"] == 1 and stats["dropped_peers"] == 0 and len(listener.peers) == 1
     finally:
@@ -368,7 +355,7 @@ def test_shm_message_over_the_limit_is_refused_and_the_peer_dropped(ring_bytes):
 
     thread = threading.Thread(target=send_both)
     try:
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         thread.start()
         got = drain(listener, 0.5)
         thread.join(5)
@@ -378,7 +365,7 @@ def test_shm_message_over_the_limit_is_refused_and_the_peer_dropped(ring_bytes):
         assert stats["refused_oversize"] == 1 and stats["dropped_peers"] == 1
         with pytest.raises(TransportClosedError):
             big.recv(timeout=5)
-        serve_one(listener, honest)
+        still_serves(listener, honest)
     finally:
         thread.join(5)
         big.close()
@@ -411,7 +398,7 @@ def test_shm_refuses_a_process_of_another_user():
         _, status = os.waitpid(child, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "a process of another user got the ring's memory"
         assert listener.stats["refused_peers"] == 1
-        serve_one(listener, honest)
+        still_serves(listener, honest)
         assert len(listener.peers) == 1
     finally:
         honest.close()
@@ -430,7 +417,7 @@ FUZZ_RSS_BOUND = 64 * MiB
 def fuzz_for_a_while(listener, honest, one_case) -> int:
     """Run `one_case(number)` for FUZZ_SECONDS; then the listener must still answer an honest peer,
     its process grown by less than a bound. Returns how many cases ran."""
-    serve_one(listener, honest, b"warm-up")
+    still_serves(listener, honest, b"warm-up")
     before = rss()
     cases = 0
     deadline = time.monotonic() + FUZZ_SECONDS
@@ -438,7 +425,7 @@ def fuzz_for_a_while(listener, honest, one_case) -> int:
         one_case(cases)
         cases += 1
     drain(listener, 0.3)
-    serve_one(listener, honest)
+    still_serves(listener, honest)
     grown = rss() - before
     assert grown < FUZZ_RSS_BOUND, f"{cases} fuzz cases grew the listener by {grown / MiB:.0f} MiB"
     return cases

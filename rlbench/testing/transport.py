@@ -215,6 +215,22 @@ class _Listener:
         return json.loads(reply[1:])
 
 
+def still_serves(listener: Any, connection: Any, payload: bytes = b"ping", timeout: float = 5.0) -> None:
+    """Assert that `listener` still answers an honest peer: `connection` sends `payload`, the listener
+    receives it (other peers' messages in between are skipped) and replies, the reply arrives. For
+    hostile-input tests: after a malformed or oversized message, the transport must go on serving."""
+    connection.send(payload)
+    deadline = time.monotonic() + timeout
+    while True:
+        item = listener.recv(timeout=max(0.0, deadline - time.monotonic()))
+        assert item is not None, "the listener stopped answering an honest peer"
+        peer, message = item
+        if bytes(message) == payload:
+            break
+    listener.send(peer, b"re:" + payload)
+    assert bytes(connection.recv(timeout=timeout)) == b"re:" + payload
+
+
 def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
                     sizes: tuple[int, ...] | None = None, timeout: float = 10.0) -> None:
     """Raise AssertionError naming the first defect found; return quietly when the transport conforms.

@@ -13,12 +13,14 @@ import time
 
 import pytest
 
+from rlbench.testing import still_serves
 from rlbench_dpdk.native import library
 from rlbench_dpdk.testing import RawMemifPeer
 from rlbench_dpdk.transport import DpdkTransport
 
 MiB = 1 << 20
 FUZZ_SECONDS = 2.0
+ANSWER_TIMEOUT_S = 10.0  # how long an honest peer waits for its answer after a hostile one
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +36,6 @@ def memory() -> tuple[int, int]:
         size, resident = (int(field) for field in statm.read().split()[:2])
     page = 4096
     return size * page, resident * page
-
-
-def serve_one(listener, connection, payload: bytes = b"ping", timeout: float = 10.0) -> None:
-    """An honest peer's request is answered: the listener still serves."""
-    connection.send(payload)
-    deadline = time.monotonic() + timeout
-    while True:
-        item = listener.recv(timeout=max(0.0, deadline - time.monotonic()))
-        assert item is not None, "the listener stopped answering an honest peer"
-        peer, message = item
-        if bytes(message) == payload:
-            break
-    listener.send(peer, b"re:", payload)
-    assert bytes(connection.recv(timeout=timeout)) == b"re:" + payload
 
 
 def drain(listener, seconds: float) -> list[bytes]:
@@ -76,7 +64,7 @@ def honest_pair(dpdk_available):
     def make(**options):
         listener = DpdkTransport(**options).listen()
         connection = DpdkTransport().connect(listener.address, timeout=10)
-        serve_one(listener, connection, b"warm-up")
+        still_serves(listener, connection, b"warm-up", timeout=ANSWER_TIMEOUT_S)
         pairs.append((listener, connection))
         return listener, connection
 
@@ -101,7 +89,7 @@ def test_a_claim_over_the_limit_is_refused_from_its_first_frame_and_the_peer_dro
         virtual, resident = memory()
         raw.send(raw.frame(wire.K_DATA, fseq=0, msg_len=0xFFFFFFFF, payload=bytes(100)))
         assert goodbyes(raw, listener, wire) == [wire.C_OVERSIZE]
-        serve_one(listener, honest)
+        still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
         grown_virtual, grown_resident = (after - before for after, before in zip(memory(), (virtual, resident)))
         assert grown_virtual < 16 * MiB and grown_resident < 16 * MiB, (grown_virtual, grown_resident)
         stats = listener.stats
@@ -120,7 +108,7 @@ def test_a_claim_within_the_limit_holds_only_what_arrived(honest_pair, wire):
         for raw in raws:
             raw.send(raw.frame(wire.K_DATA, fseq=0, msg_len=60 * MiB, payload=bytes(8000)))
         drain(listener, 0.2)
-        serve_one(listener, honest)
+        still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
         grown_virtual = memory()[0] - virtual
         assert grown_virtual < 32 * MiB, f"8 claims of 60 MiB with 8 kB sent each grew the listener by {grown_virtual / MiB:.0f} MiB"
         assert listener.stats["refused_oversize"] == 0 and len(listener.peers) == 9  # slow, not dropped
@@ -135,7 +123,7 @@ def test_a_peer_that_goes_quiet_mid_message_is_dropped_after_give_up(honest_pair
     try:
         raw.send(raw.frame(wire.K_DATA, fseq=0, msg_len=100_000, payload=bytes(8000)))
         assert goodbyes(raw, listener, wire, seconds=3.0) == [wire.C_STALLED]
-        serve_one(listener, honest)
+        still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
         assert listener.stats["dropped_peers"] == 1 and len(listener.peers) == 1
     finally:
         raw.close()
@@ -152,7 +140,7 @@ def test_a_peer_that_asks_for_an_interface_and_never_says_hello_loses_it(honest_
         while raw.link_up() and time.monotonic() < deadline:  # its port is closed after it lingered
             drain(listener, 0.05)
         assert not raw.link_up(), "the listener kept the interface of a peer that never said hello"
-        serve_one(listener, honest)
+        still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
     finally:
         raw.close()
 
@@ -186,7 +174,7 @@ def test_a_malformed_frame_drops_its_peer_and_is_counted(honest_pair, wire, case
     try:
         raw.send(MALFORMED[case](raw, wire))
         assert goodbyes(raw, listener, wire) == [wire.C_MALFORMED], "the peer was not dropped"
-        serve_one(listener, honest)
+        still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
         stats = listener.stats
         assert stats["malformed"] == stats["dropped_peers"] == 1 and stats["lost"] == 0, stats
         assert len(listener.peers) == 1 and stats["messages_received"] == 2  # nothing of the liar's
@@ -204,7 +192,7 @@ def test_a_message_split_mid_message_by_a_new_one_is_malformed(honest_pair, wire
         raw.send(raw.frame(wire.K_DATA, fseq=1, msg_len=20, payload=bytes(10)))
         assert goodbyes(raw, listener, wire) == [wire.C_MALFORMED]
         assert listener.stats["lost"] == 0 and listener.stats["malformed"] == 1
-        serve_one(listener, honest)
+        still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
     finally:
         raw.close()
 
@@ -286,7 +274,7 @@ def test_fuzz_memif_frames(honest_pair, wire):
             raw.close()
         cases += 1
     drain(listener, 1.0)  # stalls time out, departed ports are given back
-    serve_one(listener, honest)
+    still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
     grown = [after - before for after, before in zip(memory(), (virtual, resident))]
     assert grown[1] < 64 * MiB, f"{cases} fuzz cases grew the listener's memory by {grown[1] / MiB:.0f} MiB"
     stats = listener.stats
