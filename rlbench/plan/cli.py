@@ -121,7 +121,7 @@ def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str
         _profile_cluster(ray_address, tuple(n.strip() for n in (node_names or "").split(",") if n.strip()),
                          parsed, settings, path, as_json)
         return
-    document = _measure_into(path, parsed, sizes, calibrate=names, transport_seconds=transport_seconds)
+    document = _measure_into(path, parsed, **settings)
     if as_json:
         click.echo(json.dumps(document, indent=1, default=str))
         return
@@ -133,11 +133,8 @@ def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str
 def _profile_cluster(address: str, node_names: tuple[str, ...], jobs: list[Any], settings: dict[str, Any],
                      path: str, as_json: bool) -> None:
     """`rlbench profile --ray-address`: every host measured on itself, merged into the profile at `path`."""
-    from pathlib import Path
-
     from rlbench.errors import RlbenchError
     from rlbench.plan import on_ray
-    from rlbench.plan import profile as profiles
     from rlbench.runtime.distributed.ray_launcher import connect, import_ray
 
     t0 = time.perf_counter()
@@ -151,10 +148,7 @@ def _profile_cluster(address: str, node_names: tuple[str, ...], jobs: list[Any],
         if connected:
             ray.shutdown()
     if measured:
-        document = profiles.load_profile(path) if Path(path).exists() else None
-        for key, entry in measured.items():
-            document = profiles.add_host_entry(document, key, entry)
-        profiles.save_profile(document, path)
+        document = _save_entries(path, measured)
         if as_json:
             click.echo(json.dumps(document, indent=1, default=str))
         else:
@@ -165,17 +159,25 @@ def _profile_cluster(address: str, node_names: tuple[str, ...], jobs: list[Any],
         raise RlbenchError("not profiled: " + "; ".join(failed))
 
 
-def _measure_into(path: str, jobs: list[Any], sizes: tuple[int, ...], **settings: Any) -> dict[str, Any]:
+def _measure_into(path: str, jobs: list[Any], **settings: Any) -> dict[str, Any]:
     """Measure `jobs` here and merge them into the profile at `path` (other jobs and hosts kept)."""
+    from rlbench.plan import profile as profiles
+
+    t0 = time.perf_counter()
+    key, entry = profiles.profile_host(jobs, **settings,
+                                       progress=lambda line: _echo_err(f"[{time.perf_counter() - t0:5.1f} s] {line}"))
+    return _save_entries(path, {key: entry})
+
+
+def _save_entries(path: str, entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The profile at `path` with these hosts' new measurements merged in (other jobs and hosts kept), saved."""
     from pathlib import Path
 
     from rlbench.plan import profile as profiles
 
-    t0 = time.perf_counter()
-    key, entry = profiles.profile_host(jobs, datasets=sizes, **settings,
-                                       progress=lambda line: _echo_err(f"[{time.perf_counter() - t0:5.1f} s] {line}"))
-    previous = profiles.load_profile(path) if Path(path).exists() else None
-    document = profiles.add_host_entry(previous, key, entry)
+    document = profiles.load_profile(path) if Path(path).exists() else None
+    for key, entry in entries.items():
+        document = profiles.add_host_entry(document, key, entry)
     profiles.save_profile(document, path)
     return document
 
@@ -285,7 +287,7 @@ def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datase
         entry = (document or {}).get("hosts", {}).get(profiles.this_host_key(), {})
         if job.key not in entry.get("jobs", {}):
             _echo_err(f"no profile of {job.key!r} on this machine yet: profiling it now (cached at {path})")
-            document = _measure_into(path, [job], _sizes(datasets) if datasets else profiles.DEFAULT_DATASETS)
+            document = _measure_into(path, [job], datasets=_sizes(datasets) if datasets else profiles.DEFAULT_DATASETS)
     registry = _registry()
     cores = _host_cores(document)
     max_actors = max_actors or min(8, 2 * cores)

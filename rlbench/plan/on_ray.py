@@ -10,11 +10,8 @@ imported by the caller, never by this module at import.
 
 from __future__ import annotations
 
-import difflib
 import time
 from typing import Any, Callable
-
-from rlbench.errors import InvalidCombinationError, RlbenchError
 
 PROBE_TIMEOUT_S = 120.0
 PROFILE_TIMEOUT_S = 1800.0  # the default jobs take about a minute; a slow or loaded host, much more
@@ -41,7 +38,7 @@ def profile_this_node(jobs: list[Any], settings: dict[str, Any]) -> tuple[str, d
 
 def chosen_nodes(names: tuple[str, ...], nodes: list[Any]) -> list[Any]:
     """The alive nodes `--nodes` names (each an id, IP, host name, resource or label), or all of them."""
-    from rlbench.runtime.distributed.ray_launcher import match_nodes
+    from rlbench.runtime.distributed.ray_launcher import match_nodes, unknown_node
 
     if not names:
         return nodes
@@ -49,11 +46,7 @@ def chosen_nodes(names: tuple[str, ...], nodes: list[Any]) -> list[Any]:
     for name in names:
         found = match_nodes(name, nodes)
         if not found:
-            words = sorted({w for n in nodes for w in (n.ip, n.node_id, n.hostname, *n.custom_resources) if w})
-            close = difflib.get_close_matches(name, words, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise InvalidCombinationError(f"--nodes {name}: no alive node has that IP, id, host name, resource or "
-                                          f"label; {hint}nodes: {', '.join(str(n) for n in nodes)}")
+            raise unknown_node(f"--nodes {name}", name, nodes)
         chosen.update((n.node_id, n) for n in found)
     return list(chosen.values())
 
@@ -91,9 +84,7 @@ def profile_cluster(ray: Any, jobs: list[Any], settings: dict[str, Any], *, node
             ray.cancel(ref, force=True)
             failed.append(f"host {key} (on {hosts[key][0]}): {str(exc).strip().splitlines()[0]}")
             continue
-        if got_key != key:  # the node moved under us (a restarted raylet on another machine)
-            raise RlbenchError(f"{hosts[key][0]} reported host {key} but measured as {got_key}")
         entry["ray_nodes"] = [{"node_id": n.node_id, "ip": n.ip} for n in hosts[key]]
-        measured[key] = entry
+        measured[got_key] = entry
         progress(f"host {key}: measured in {entry['profiling_s']:.1f} s")
     return measured, failed

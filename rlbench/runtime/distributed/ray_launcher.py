@@ -170,12 +170,13 @@ def match_nodes(name: str, nodes: list[Node]) -> list[Node]:
     return []
 
 
-def _unknown_node(role: str, name: str, nodes: list[Node]) -> InvalidCombinationError:
+def unknown_node(option: str, name: str, nodes: list[Node]) -> InvalidCombinationError:
+    """The error for a NODE name (of `option`, e.g. "--place learner=x") that matches no alive node."""
     words = {w for n in nodes for w in (n.ip, n.node_id, n.hostname, *n.custom_resources) if w}
     close = difflib.get_close_matches(str(name), sorted(words), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     listing = "; ".join(f"{n.ip} id {n.node_id[:12]} resources {','.join(n.custom_resources) or '-'}" for n in nodes)
-    return InvalidCombinationError(f"--place {role}={name}: no alive node has that IP, id, host name, resource or "
+    return InvalidCombinationError(f"{option}: no alive node has that IP, id, host name, resource or "
                                    f"label; {hint}nodes: {listing}")
 
 
@@ -192,7 +193,7 @@ def plan_placement(config: Any, plan: Any, nodes: list[Node]) -> dict[str, Node]
         for name in names:
             pool = match_nodes(name, nodes)
             if not pool:
-                raise _unknown_node(key, name, nodes)
+                raise unknown_node(f"--place {key}={name}", name, nodes)
             pools.append(pool)
         for i, role in enumerate(roles):  # actors go round the listed nodes in order
             wanted[role] = pools[i % len(pools)]
