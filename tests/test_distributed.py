@@ -223,9 +223,10 @@ def test_dqn_still_learns_cartpole_with_two_actors_over_server_placement():
     assert result["status"] == "complete"
     assert result["accounting"]["balanced"]
     curve = result["learning_curve"]
-    best = max(np.convolve([p["return"] for p in curve], np.ones(LEARNED_WINDOW) / LEARNED_WINDOW, "valid"))
-    assert not np.isnan(time_to_threshold(curve, LEARNED_CARTPOLE, LEARNED_WINDOW)), \
-        f"the mean of {LEARNED_WINDOW} training episodes peaked at {best:.1f} over {len(curve)} episodes"
+    returns = [p["return"] for p in curve]
+    assert not np.isnan(time_to_threshold(curve, LEARNED_CARTPOLE, LEARNED_WINDOW)), (  # the peak: only on failure
+        f"the mean of {LEARNED_WINDOW} training episodes peaked at "
+        f"{max(np.convolve(returns, np.ones(LEARNED_WINDOW) / LEARNED_WINDOW, 'valid')):.1f} over {len(curve)} episodes")
     assert result["evaluation"]["episodes"] == 10
 
 
