@@ -251,12 +251,11 @@ def _time_us(call: Callable[[], Any], *, seconds: float = 0.12, max_calls: int =
 
 
 def insert_transitions() -> int:
-    """Transitions per actor INSERT message in the distributed runtime."""
-    try:
-        from rlbench.runtime.distributed.roles import ACTOR_INSERT_TRANSITIONS
-    except ImportError:  # the runtime moved it: the value it has had since the start
-        return 128
-    return int(ACTOR_INSERT_TRANSITIONS)
+    """Transitions per actor INSERT message in the distributed runtime (imported here, not at module
+    level: the CLI imports this module to list its commands)."""
+    from rlbench.runtime.distributed.roles import ACTOR_INSERT_TRANSITIONS
+
+    return ACTOR_INSERT_TRANSITIONS
 
 
 def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASETS,
