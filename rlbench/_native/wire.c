@@ -1081,19 +1081,19 @@ static PyObject *fast_insert(FastPath *f, PyObject *peer_id, PyObject *peer, Lay
     if (get_ll(peer, S_last_insert, &last_insert) < 0)
         return NULL;
     if (last_insert == (long long)request_id) /* a retry: the general path answers it */
-        return NOT_HANDLED;
+        return Py_NewRef(NOT_HANDLED);
     PyObject *first = get_field(f->state_fields, S_first_insert_t);
     if (first == NULL)
         return NULL;
     Py_DECREF(first);
     if (first == Py_None) /* the first INSERT starts the node's clock: the general path's */
-        return NOT_HANDLED;
+        return Py_NewRef(NOT_HANDLED);
     Columns columns;
     int usable = memory_columns(f, &columns);
     if (usable <= 0)
-        return usable < 0 ? NULL : NOT_HANDLED;
+        return usable < 0 ? NULL : Py_NewRef(NOT_HANDLED);
     if (!insert_fits(f, layout, &columns))
-        return NOT_HANDLED;
+        return Py_NewRef(NOT_HANDLED);
     Entry *obs = &layout->entries[layout->field[F_OBS]];
     Py_ssize_t n = obs->dims[0];
     long long produced = read_ll(&layout->entries[layout->field[F_PRODUCED]], buf);
@@ -1102,7 +1102,7 @@ static PyObject *fast_insert(FastPath *f, PyObject *peer_id, PyObject *peer, Lay
     if (layout->field[F_PRIORITIES] >= 0) {
         Entry *entry = &layout->entries[layout->field[F_PRIORITIES]];
         if (PyDataType_ELSIZE(entry->descr) == 2)
-            return NOT_HANDLED;
+            return Py_NewRef(NOT_HANDLED);
         priorities = buf + entry->offset;
         priorities_wide = PyDataType_ELSIZE(entry->descr) == 8;
     }
