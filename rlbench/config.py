@@ -66,6 +66,16 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
+# The flags `rlbench run` takes itself (rlbench/cli.py builds them; a test keeps the two equal): reserved,
+# so no plugin's run option can take one, whatever order plugins load in.
+RUN_FLAGS = frozenset({
+    "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--actors",
+    "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes",
+    "--on-actor-failure", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
+    "--help",
+})
+
+
 def parse_value(text: str) -> Any:
     """'1e-3' -> 0.001, '64,64' -> [64, 64], 'true' -> True, anything else stays a string."""
     lowered = text.strip().lower()

@@ -70,6 +70,17 @@ class Component:
         return self.load()(**kwargs)
 
 
+def check_component(component: Component) -> None:
+    """Refuse a registration that cannot be right whatever else is installed."""
+    if component.kind not in CAPABILITY_TYPES:
+        raise RlbenchError(f"unknown component kind {component.kind!r}")
+    expected = CAPABILITY_TYPES[component.kind]
+    if not isinstance(component.capabilities, expected):
+        raise RlbenchError(
+            f"{component.kind} {component.name!r}: capabilities must be a {expected.__name__}, "
+            f"got {type(component.capabilities).__name__}")
+
+
 @dataclass
 class BrokenPlugin:
     name: str
@@ -87,17 +98,8 @@ class Registry:
 
     # -- building (plugin manager only) --------------------------------------------------------
     def _add(self, component: Component) -> None:
-        if component.kind not in self._components:
-            raise RlbenchError(f"unknown component kind {component.kind!r}")
-        expected = CAPABILITY_TYPES[component.kind]
-        if not isinstance(component.capabilities, expected):
-            raise RlbenchError(
-                f"{component.kind} {component.name!r}: capabilities must be a {expected.__name__}, "
-                f"got {type(component.capabilities).__name__}")
-        existing = self._components[component.kind].get(component.name)
-        if existing is not None:
-            raise RlbenchError(
-                f"{component.kind} {component.name!r} is already registered by plugin {existing.plugin!r}")
+        """Called with checked components whose names no other plugin claims (rlbench.plugins)."""
+        assert component.name not in self._components[component.kind], f"{component.kind} {component.name!r} twice"
         self._components[component.kind][component.name] = component
 
     # -- reading -------------------------------------------------------------------------------
