@@ -38,6 +38,20 @@ def _names_that_work(registry: Registry, kind: str, test) -> str:
     return ", ".join(names) if names else "none registered"
 
 
+def spans_hosts(config: RunConfig) -> bool:
+    """Whether this run's roles may be on different hosts: a cluster launcher places them, and
+    --bind listens for peers elsewhere."""
+    return config.launcher != "local" or config.bind is not None
+
+
+def _transports_that_work(registry: Registry, *, across_hosts: bool, test=lambda c: True) -> str:
+    """What a refusal may suggest instead of a transport: only ones this run could use, i.e.
+    available here, between processes, in order, across hosts where the run may span hosts, and
+    passing `test`."""
+    return _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes and c.capabilities.ordered
+                            and (c.capabilities.crosses_hosts or not across_hosts) and test(c) and c.probe().available)
+
+
 def validate(config: RunConfig, registry: Registry) -> Plan:
     algorithm = registry.get("algorithm", config.algo)
     environment = registry.get("environment", config.env)
@@ -102,18 +116,15 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
     transport = None
     if config.placement != "local":
         transport = registry.get("transport", config.transport)
+        works = _transports_that_work(registry, across_hosts=spans_hosts(config))
         if not transport.capabilities.crosses_processes:
-            works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes)
             raise InvalidCombinationError(
                 f"transport {transport.name} stays inside one process, but placement {config.placement} with "
                 f"{config.actors} actor(s) runs roles as separate processes; transports that would work: {works}")
         if config.bind is not None and not transport.capabilities.crosses_hosts:
-            works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_hosts)
             raise InvalidCombinationError(f"--bind {config.bind}: transport {transport.name} stays on one host and "
-                                          f"listens where it always does; transports that take --bind: {works}")
+                                          f"listens where it always does; transports that would work: {works}")
         if not transport.capabilities.ordered:
-            works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes
-                                     and c.capabilities.ordered)
             raise InvalidCombinationError(
                 f"transport {transport.name} may reorder messages, and the replay protocol needs each connection's "
                 f"messages in order (a newer weights version must not be overtaken by an older one); transports "
@@ -154,7 +165,7 @@ def check_hosts(plan: Plan, registry: Registry, hosts: list[str], unreachable: s
     if len(distinct) < 2:
         return
     transport = plan.transport
-    works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_hosts)
+    works = _transports_that_work(registry, across_hosts=True)
     spread = f"this run places roles on {len(distinct)} hosts ({', '.join(distinct)})"
     if not transport.capabilities.crosses_hosts:
         raise InvalidCombinationError(f"transport {transport.name} stays on one host, but {spread}; "
@@ -250,10 +261,22 @@ def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, re
         env.close()
     what, size = messages.largest_message(spec, algorithm.policy_shapes(spec, hp),
                                           insert_rows=roles.ACTOR_INSERT_TRANSITIONS, batch_size=hp.batch_size)
-    limit = plan.transport.capabilities.max_message_bytes
-    if size > limit:
-        works = _names_that_work(registry, "transport", lambda c: c.capabilities.crosses_processes
-                                 and c.capabilities.ordered and c.capabilities.max_message_bytes >= size)
+    capability = plan.transport.capabilities.max_message_bytes
+    # the limit the run will use: its roles build the transport with the run's options, as here
+    transport = plan.transport.create(**plan.options.get("transport", {}))
+    limit = min(capability, int(getattr(transport, "max_message_bytes", capability)))
+    if size <= limit:
+        return
+    works = _transports_that_work(registry, across_hosts=spans_hosts(config),
+                                  test=lambda c: c.capabilities.max_message_bytes >= size and c is not plan.transport)
+    name = plan.transport.name
+    if limit < capability:
+        flags = [o.flag for o in registry.options_for("transport", name) if o.param == "max_message_bytes"]
         raise InvalidCombinationError(
-            f"transport {plan.transport.name} carries at most {limit:,} bytes per message, but this run's largest "
-            f"message, {what}, is {size:,} bytes; transports that would work: {works}")
+            f"transport {name} as configured carries at most {limit:,} bytes per message (max_message_bytes="
+            f"{limit:,}), but this run's largest message, {what}, is {size:,} bytes; raise "
+            f"{flags[0] if flags else 'its max_message_bytes'} to at least {size:,} (it can carry {capability:,}), "
+            f"or use a transport that would work: {works}")
+    raise InvalidCombinationError(
+        f"transport {name} carries at most {limit:,} bytes per message, but this run's largest "
+        f"message, {what}, is {size:,} bytes; transports that would work: {works}")
