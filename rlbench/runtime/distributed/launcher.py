@@ -22,7 +22,6 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from rlbench.errors import RlbenchError
 from rlbench.metrics import Histogram, Recorder
 from rlbench.registry import load_object
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
@@ -101,6 +100,11 @@ def one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+class RoleFailedError(RuntimeError):
+    """A started role failed before the run could go on: the run stops (exit 1, its result says
+    why). Not an RlbenchError: those are refusals before anything starts (exit 2)."""
+
+
 @dataclass
 class RoleHandle:
     role: str
@@ -173,8 +177,8 @@ class LocalLauncher:
                 return self.announcements.get(timeout=POLL_S)
             except queue.Empty:
                 if not node.alive():
-                    raise RlbenchError(f"the replay node exited before it listened: {self.failure_of(node)}")
-        raise RlbenchError("the replay node did not start listening within 2 minutes")
+                    raise RoleFailedError(f"the replay node exited before it listened: {self.failure_of(node)}")
+        raise RoleFailedError("the replay node did not start listening within 2 minutes")
 
     def _drain(self, timeout: float) -> None:
         """Read finished roles' outcomes. Roles block on a large report until it is read, so the
@@ -314,6 +318,8 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 control.request(Op.SHUTDOWN)
             except NODE_LOST as exc:
                 stop_reason = stop_reason or _lost_node(launcher, node, exc)
+    except RoleFailedError as exc:
+        stop_reason = one_line(exc)
     finally:
         if control is not None:
             control.close()

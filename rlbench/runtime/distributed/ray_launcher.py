@@ -41,6 +41,7 @@ from rlbench.runtime.distributed.launcher import (
     POLL_S,
     ROLE_FUNCTIONS,
     START_TIMEOUT_S,
+    RoleFailedError,
     RoleHandle,
     listen_address,
     one_line,
@@ -444,8 +445,8 @@ class RayLauncher:
             if address:
                 return reachable(address, role.node.ip)
             if not node.alive():
-                raise RlbenchError(f"the replay node exited before it listened: {self.failure_of(node)}")
-        raise RlbenchError("the replay node did not start listening within 2 minutes")
+                raise RoleFailedError(f"the replay node exited before it listened: {self.failure_of(node)}")
+        raise RoleFailedError("the replay node did not start listening within 2 minutes")
 
     def collect(self) -> dict[str, tuple[str, Any]]:
         outcomes = {}
