@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from typing import Any
@@ -331,9 +332,12 @@ _attach_commands()
 def main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="rlbench")
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        # click hands a KeyboardInterrupt on as Abort; a second stop signal during a run is a
+        # runner.SignalInterrupt, which carries its number (143 for SIGTERM, as when the first stops it)
+        interrupt = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
+        click.echo(str(interrupt or "") or "interrupted", err=True)
+        sys.exit(128 + getattr(interrupt, "signum", signal.SIGINT))
     except click.UsageError as exc:  # one line, not click's three
         command = exc.ctx.command_path if exc.ctx else "rlbench"
         click.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
@@ -344,6 +348,3 @@ def main() -> None:
     except RlbenchError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)

@@ -34,6 +34,18 @@ STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped 
                 signal.SIGHUP: "stopped by SIGHUP"}  # schedulers (Slurm, Kubernetes, Ray) stop jobs with SIGTERM
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """A second stop signal: the run is interrupted at once, and `rlbench run` exits 128 + `signum`
+    (143 for SIGTERM), as it does when the first one stops the run in order."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return f"{STOP_SIGNALS[self.signum]}, a second time: stopped at once"
+
+
 @contextmanager
 def _signals_stop(budget: Budget) -> Iterator[None]:
     """The first Ctrl-C, SIGTERM or SIGHUP asks the run to stop in order (its result is still written,
@@ -44,7 +56,7 @@ def _signals_stop(budget: Budget) -> Iterator[None]:
 
     def handler(signum, frame):
         if budget.interrupted:
-            raise KeyboardInterrupt
+            raise SignalInterrupt(signum)
         budget.interrupted = STOP_SIGNALS[signum]
         budget.stop_signal = signum
 
