@@ -4,11 +4,18 @@ The rules a transport keeps on receive, whoever sent the bytes: a message over t
 max_message_bytes is refused before anything is allocated for it, memory follows the bytes that
 actually arrived (never a length the sender claims), and a peer that breaks the rules is dropped and
 counted (`listener_stats`) while everyone else is still served.
+
+And on a listener's send, whoever the peer is: `send` never waits on that peer. What its medium
+cannot take now waits in the peer's `Outbox` and goes out as the peer reads, during the listener's
+later calls; the outbox is bounded (ZeroMQ's high-water mark, Reverb's per-stream queues): a peer
+whose outbox would grow past `max_queued_bytes` is dropped and counted in `slow_consumers`, and
+that send raises `SlowConsumerError`. One slow reader thus never stalls the listener's other peers.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections import deque
+from typing import Any, Callable, Iterable
 
 from rlbench.errors import RlbenchError
 from rlbench.kit.checks import positive_int
@@ -20,6 +27,10 @@ class MessageTooLargeError(RlbenchError, ValueError):
 
 class TransportClosedError(RlbenchError, ConnectionError):
     """The other side closed (or crashed), or this side was closed."""
+
+
+class SlowConsumerError(TransportClosedError):
+    """A listener dropped a peer that did not read what was sent to it (its outbox reached the bound)."""
 
 
 class AddressError(RlbenchError, ValueError):
@@ -114,8 +125,9 @@ def new_stats(**extra: int) -> dict[str, int]:
 # What a listener counts about peers that break the rules (every built-in listener has these keys):
 #   refused_oversize: messages over the receiving side's max_message_bytes, refused before allocation
 #   malformed:        frames, datagrams or ring records that do not parse
-#   dropped_peers:    peers disconnected for either (or, on shm, for a message that stopped coming)
-PEER_FAULTS = ("refused_oversize", "malformed", "dropped_peers")
+#   slow_consumers:   peers dropped because they did not read what was sent to them (Outbox)
+#   dropped_peers:    peers disconnected for any of these (or, on shm, for a message that stopped coming)
+PEER_FAULTS = ("refused_oversize", "malformed", "slow_consumers", "dropped_peers")
 
 
 def listener_stats(**extra: int) -> dict[str, int]:
@@ -130,3 +142,81 @@ def not_connected(transport: str, peer: int, address: str) -> TransportClosedErr
 
 def listener_closed(transport: str, address: str) -> TransportClosedError:
     return TransportClosedError(f"{transport} listener {address} is closed")
+
+
+# ------------------------------------------------------------------------------ outbound queues
+# The default bound of one peer's outbox. An honest rlbench peer has a reply or two and a few pushed
+# batches outstanding; 16 MiB holds that many times over for any usual batch or policy, and keeps a
+# listener's memory bounded while a peer misbehaves.
+MAX_QUEUED_BYTES = 16 << 20
+
+
+def queued_bytes_limit(requested: Any, transport: str) -> int:
+    """The `max_queued_bytes=` a transport factory was given (None: MAX_QUEUED_BYTES)."""
+    return MAX_QUEUED_BYTES if requested is None else positive_int(requested, f"{transport}: max_queued_bytes")
+
+
+class Outbox:
+    """What a listener could not hand to one peer's medium yet: whole messages in order, the first
+    perhaps partly written. A message is always taken into an empty outbox (so any message within
+    max_message_bytes can be sent to a peer that reads); behind others, only while the outbox stays
+    within `limit` bytes.
+
+    The transport supplies `write(view) -> bytes taken` to `flush`: -1 when the medium takes nothing
+    now (so an empty message is told apart from a full medium); a medium that takes a message only
+    in whole pieces (ring records, datagrams) takes whole pieces.
+    """
+
+    __slots__ = ("messages", "queued", "written")
+
+    def __init__(self) -> None:
+        self.messages: deque[memoryview] = deque()
+        self.queued = 0  # bytes not yet written
+        self.written = 0  # bytes of the first message already written
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def admits(self, nbytes: int, limit: int) -> bool:
+        return not self.messages or self.queued + nbytes <= limit
+
+    def push(self, message: Any) -> None:
+        """Queue a message the caller will not change (bytes, or a copy the transport made)."""
+        view = message if isinstance(message, memoryview) else memoryview(message)
+        self.messages.append(view)
+        self.queued += view.nbytes
+
+    def flush(self, write: Callable[[memoryview], int]) -> bool:
+        """Write what the medium takes now, in order; True when the outbox is empty."""
+        messages = self.messages
+        while messages:
+            first = messages[0]
+            rest = first[self.written:] if self.written else first
+            taken = write(rest)
+            if taken < 0:
+                return False
+            self.queued -= taken
+            if taken < rest.nbytes:
+                self.written += taken
+                return False
+            messages.popleft()
+            self.written = 0
+        return True
+
+    def clear(self) -> int:
+        """Forget everything queued (the peer is gone); how many messages that was."""
+        dropped = len(self.messages)
+        self.messages.clear()
+        self.queued = self.written = 0
+        return dropped
+
+
+def joined(views: list[memoryview], skip: int = 0) -> bytes:
+    """The bytes of the concatenated views from offset `skip` on: one copy, for an outbox."""
+    if skip:
+        total = sum(view.nbytes for view in views)
+        views = slice_views(views, skip, total - skip)
+    return b"".join(views)

@@ -20,6 +20,7 @@ from rlbench.kit.framing import (
     AddressError,
     MessageTooLargeError,
     RequestReply,
+    SlowConsumerError,
     TransportClosedError,
     byte_views,
     check_size,
@@ -28,6 +29,7 @@ from rlbench.kit.framing import (
     message_limit,
     new_stats,
     not_connected,
+    queued_bytes_limit,
     split_address,
 )
 
@@ -62,9 +64,13 @@ class InprocConnection(RequestReply):
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._stats = new_stats()
+        # what the listener put in the inbox and what this side took out, each written by one side
+        # only: their difference is what waits unread (the listener bounds it)
+        self._put_bytes = 0
+        self._taken_bytes = 0
 
     def send(self, *parts: Any) -> None:
-        if self._closed or self._listener._closed:
+        if self._closed or self._listener._closed or self._peer not in self._listener._connections:
             raise TransportClosedError(f"inproc connection to {self._listener.address} is closed")
         try:
             message = _message(parts, self._listener._limit)
@@ -85,6 +91,7 @@ class InprocConnection(RequestReply):
         if item is not None:
             self._stats["messages_received"] += 1
             self._stats["bytes_received"] += item.nbytes
+            self._taken_bytes += item.nbytes
         return item
 
     @property
@@ -98,9 +105,13 @@ class InprocConnection(RequestReply):
 
 
 class InprocListener:
-    def __init__(self, address: str, limit: int) -> None:
+    """Replies wait in each peer's inbox; what waits unread for one peer is bounded by
+    `max_queued_bytes` (past it the peer is dropped as a slow consumer), as on every transport."""
+
+    def __init__(self, address: str, limit: int, max_queued_bytes: int) -> None:
         self.address = address
         self._limit = limit
+        self._max_queued = max_queued_bytes
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._connections: dict[int, InprocConnection] = {}
         self._next_peer = itertools.count(1)
@@ -127,6 +138,8 @@ class InprocListener:
                     raise listener_closed("inproc", self.address)
                 self._connections.pop(peer, None)
                 continue
+            if peer not in self._connections:  # sent before it saw that it was dropped
+                continue
             self._stats["messages_received"] += 1
             self._stats["bytes_received"] += message.nbytes
             return peer, message
@@ -138,9 +151,28 @@ class InprocListener:
         if connection is None or connection._closed:
             raise not_connected("inproc", peer, self.address)
         message = _message(parts, self._limit)
+        waiting = connection._put_bytes - connection._taken_bytes
+        if waiting and waiting + message.nbytes > self._max_queued:
+            self.drop(peer, "slow_consumers")
+            raise SlowConsumerError(f"inproc: peer {peer} was dropped: it did not read what was sent to it ({waiting} "
+                                    f"bytes waiting, max_queued_bytes={self._max_queued})")
         self._stats["messages_sent"] += 1
         self._stats["bytes_sent"] += message.nbytes
+        connection._put_bytes += message.nbytes
         connection._inbox.put(message)
+
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule); what
+        waited for it is gone, and its next call says the listener closed it."""
+        connection = self._connections.pop(peer, None)
+        if connection is None:
+            return
+        if fault is not None:
+            self._stats[fault] += 1
+            self._stats["dropped_peers"] += 1
+        while _get(connection._inbox, 0) is not None:
+            pass
+        connection._inbox.put(_CLOSED)
 
     @property
     def peers(self) -> list[int]:
@@ -168,8 +200,9 @@ class InprocTransport:
 
     capabilities = caps.INPROC
 
-    def __init__(self, max_message_bytes: int | None = None) -> None:
+    def __init__(self, max_message_bytes: int | None = None, max_queued_bytes: int | None = None) -> None:
         self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "inproc")
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "inproc")
 
     def listen(self, address: str | None = None) -> InprocListener:
         if address is None:
@@ -178,7 +211,7 @@ class InprocTransport:
         with _listeners_lock:
             if address in _listeners:
                 raise AddressError(f"inproc address {address!r} is already in use")
-            listener = _listeners[address] = InprocListener(address, self.max_message_bytes)
+            listener = _listeners[address] = InprocListener(address, self.max_message_bytes, self.max_queued_bytes)
         return listener
 
     def connect(self, address: str, timeout: float = 10.0) -> InprocConnection:

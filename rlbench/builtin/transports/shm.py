@@ -27,6 +27,11 @@ Ordering: the producer writes the payload, then stores head; the consumer loads 
 payload. x86-64 is total-store-order, so those plain stores/loads are seen in that order; weakly
 ordered CPUs would need barriers, which is why probe() refuses them.
 
+A listener never waits on a peer: a message its ring cannot take now (the peer does not read)
+waits in the peer's outbox (rlbench.kit.framing.Outbox) and is written, record by record, as the
+peer frees room, while the listener polls; a peer whose outbox would pass max_queued_bytes is
+dropped (`slow_consumers`). Connections, which talk to one listener only, wait for room as before.
+
 Waiting: spin on head, then sleep on the own doorbell. A sleeping consumer sets SLEEPING in the
 control block of each ring it consumes; a producer that sees it after publishing rings the far side's
 doorbell (one eventfd write). Only sleepers cost a syscall, so a ping-pong stays syscall-free. The
@@ -58,15 +63,19 @@ from rlbench.errors import RlbenchError
 from rlbench.kit.checks import non_negative
 from rlbench.kit.framing import (
     AddressError,
+    Outbox,
     RequestReply,
+    SlowConsumerError,
     TransportClosedError,
     byte_views,
     check_size,
+    joined,
     listener_closed,
     listener_stats,
     message_limit,
     new_stats,
     not_connected,
+    queued_bytes_limit,
     slice_views,
     split_address,
 )
@@ -126,7 +135,7 @@ class _Endpoint:
 
     __slots__ = ("memory", "sock", "far_doorbell", "dead", "last_liveness", "tx_control", "tx_data", "capacity", "mask",
                  "last_start", "max_chunk", "limit", "record_limit", "take_limit", "head", "tail_seen", "rx_control", "rx_data", "tail",
-                 "assembled", "progress", "n_sent", "n_received", "bytes_sent", "bytes_received")
+                 "assembled", "progress", "n_sent", "n_received", "bytes_sent", "bytes_received", "outbox")
 
     def __init__(self, memory: mmap.mmap, capacity: int, tx_base: int, rx_base: int,
                  sock: socket.socket | None, far_doorbell: int, limit: int) -> None:
@@ -154,6 +163,7 @@ class _Endpoint:
         self.assembled: bytearray | None = None  # the chunks of a message so far
         self.progress = 0.0  # when its last chunk came
         self.n_sent = self.n_received = self.bytes_sent = self.bytes_received = 0
+        self.outbox = Outbox()  # a listener's: what the ring could not take yet
 
     def stats(self) -> dict[str, int]:
         return new_stats(messages_sent=self.n_sent, messages_received=self.n_received,
@@ -212,6 +222,51 @@ class _Endpoint:
         self.bytes_sent += total
         if self.tx_control[_SLEEPING]:
             self.ring()
+
+    def put_now(self, parts: tuple[Any, ...]) -> bool:
+        """`put` when the ring has room for the whole message now (nothing written otherwise): a
+        listener never waits for a peer to read."""
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            total = len(parts[0])
+        else:
+            total = sum(memoryview(part).nbytes for part in parts)
+        chunks = -(-total // self.max_chunk) or 1
+        worst = 2 * (total + chunks * (_RECORD.size + 8))  # each record padded, and a WRAP before each at most
+        if self.capacity - (self.head - self.tx_control[_TAIL]) < worst:
+            return False
+        self.put(parts)
+        return True
+
+    def write_now(self, view: memoryview) -> int:
+        """Write the message's remaining bytes `view` as whole records while the ring has room for
+        them; the bytes taken, -1 when none (an Outbox's `write`)."""
+        control, capacity, data = self.tx_control, self.capacity, self.tx_data
+        total = view.nbytes
+        taken = 0
+        wrote = False
+        while not wrote or taken < total:
+            length = min(self.max_chunk, total - taken)
+            need = _RECORD.size + _pad8(length)
+            position = self.head & self.mask
+            to_end = capacity - position
+            if capacity - (self.head - control[_TAIL]) < need + (to_end if to_end < need else 0):
+                break
+            if to_end < need:
+                _pack_record(data, position, 0, _WRAP)
+                self.head += to_end
+                position = 0
+            _pack_record(data, position, length, _MORE if taken + length < total else 0)
+            data[position + _RECORD.size:position + _RECORD.size + length] = view[taken:taken + length]
+            self.head += need
+            control[_HEAD] = self.head
+            taken += length
+            wrote = True
+        if not wrote:
+            return -1
+        self.tail_seen = control[_TAIL]
+        if control[_SLEEPING]:
+            self.ring()
+        return taken
 
     def ring(self) -> None:
         """Wake the consumer, which said it sleeps."""
@@ -495,10 +550,13 @@ class ShmConnection(RequestReply):
 
 
 class ShmListener:
-    def __init__(self, address: str, ring_bytes: int, limit: int, reassembly_timeout_s: float) -> None:
+    def __init__(self, address: str, ring_bytes: int, limit: int, reassembly_timeout_s: float,
+                 max_queued_bytes: int) -> None:
         self.address = address
         self._ring_bytes = ring_bytes
         self._limit = limit
+        self._max_queued = max_queued_bytes
+        self._backlogged: dict[int, _Endpoint] = {}  # peers with an outbox to write
         self._reassembly_timeout = reassembly_timeout_s
         self._uid = os.geteuid()
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -602,6 +660,8 @@ class ShmListener:
         self._order = list(self._endpoints.items())
 
     def _poll_message(self) -> tuple[int, memoryview] | None:
+        if self._backlogged:  # a dict's truth value: free while nothing waits
+            self._flush_outboxes()
         order = self._order
         n = len(order)
         start = self._turn
@@ -625,7 +685,12 @@ class ShmListener:
             self._admit()
         return None
 
-    def _drop(self, peer: int, fault: str | None = None) -> None:
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule); it is
+        told, by the closed flag on its ring and the end of its socket."""
+        self._drop(peer, fault, tell=True)
+
+    def _drop(self, peer: int, fault: str | None = None, *, tell: bool | None = None) -> None:
         """Forget a peer: it left (fault None), or broke the rules (fault: the counter); the latter is
         told, by the closed flag on its ring and the end of its socket."""
         endpoint = self._endpoints.pop(peer, None)
@@ -633,6 +698,8 @@ class ShmListener:
             return
         self._order = list(self._endpoints.items())
         self._partials.pop(peer, None)
+        self._backlogged.pop(peer, None)
+        endpoint.outbox.clear()
         if endpoint is self._held:
             self._held = None
         if fault is not None:
@@ -642,7 +709,7 @@ class ShmListener:
             self._faults["truncated"] += 1
         endpoint.tx_control[_CLOSED] = 1
         sock = self._sockets.pop(peer)
-        if fault is not None:
+        if fault is not None or tell:
             try:
                 sock.shutdown(socket.SHUT_RDWR)  # the accept thread sees the EOF and closes it
             except OSError:
@@ -717,7 +784,29 @@ class ShmListener:
             endpoint = self._endpoints.get(peer)
         if endpoint is None or endpoint.dead or endpoint.rx_control[_CLOSED]:
             raise not_connected("shm", peer, self.address)
-        endpoint.put(parts)
+        outbox = endpoint.outbox
+        if not outbox and endpoint.put_now(parts):
+            return
+        views, total = byte_views(parts)
+        check_size(total, self._limit, "shm")
+        if not outbox.admits(total, self._max_queued):
+            queued = outbox.queued
+            self._drop(peer, "slow_consumers")
+            raise SlowConsumerError(f"shm: peer {peer} was dropped: it did not read what was sent to it ({queued} "
+                                    f"bytes waiting, max_queued_bytes={self._max_queued})")
+        outbox.push(joined(views))
+        endpoint.n_sent += 1
+        endpoint.bytes_sent += total
+        self._backlogged[peer] = endpoint
+        self._flush_outboxes()
+
+    def _flush_outboxes(self) -> None:
+        """Write what peers' rings take now of what waits for them (a peer that left is dropped)."""
+        for peer, endpoint in list(self._backlogged.items()):
+            if endpoint.outbox.flush(endpoint.write_now):
+                del self._backlogged[peer]
+            elif endpoint.far_side_gone():
+                self._drop(peer)
 
     @property
     def peers(self) -> list[int]:
@@ -755,17 +844,19 @@ class ShmTransport:
     capabilities = caps.SHM
 
     def __init__(self, ring_bytes: int = 1 << 20, max_message_bytes: int | None = None,
-                 reassembly_timeout_s: float = 2.0) -> None:
+                 reassembly_timeout_s: float = 2.0, max_queued_bytes: int | None = None) -> None:
         if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
             raise RlbenchError(f"shm ring_bytes must be a power of two >= 4096, got {ring_bytes}")
         self.ring_bytes = ring_bytes
         self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "shm")
         self.reassembly_timeout_s = non_negative(reassembly_timeout_s, "shm: reassembly_timeout_s")
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "shm")
 
     def listen(self, address: str | None = None) -> ShmListener:
         if address is None:
             address = f"shm://{os.getpid()}-{secrets.token_hex(4)}"
-        return ShmListener(address, self.ring_bytes, self.max_message_bytes, self.reassembly_timeout_s)
+        return ShmListener(address, self.ring_bytes, self.max_message_bytes, self.reassembly_timeout_s,
+                           self.max_queued_bytes)
 
     def connect(self, address: str, timeout: float = 10.0) -> ShmConnection:
         name = _socket_name(address)

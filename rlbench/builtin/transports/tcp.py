@@ -20,16 +20,20 @@ import numpy as np
 
 from rlbench.builtin import capabilities as caps
 from rlbench.kit.framing import (
+    Outbox,
     RequestReply,
+    SlowConsumerError,
     TransportClosedError,
     byte_views,
     check_size,
     host_port,
+    joined,
     listener_closed,
     listener_stats,
     message_limit,
     new_stats,
     not_connected,
+    queued_bytes_limit,
 )
 
 _LENGTH = struct.Struct("<I")
@@ -37,6 +41,7 @@ _CHUNK = 1 << 18
 _LARGE = 1 << 16  # bodies at least this big are received straight into their own buffer
 _FIRST_BODY = 1 << 20  # a large body's first buffer holds this much (or the whole body, if smaller)
 _GROWTH = 4  # a full body buffer grows to this many times what it holds (up to the claimed length)
+_SELECT_EVERY = 32  # messages a listener hands out between looks for newly arrived ones
 
 
 def _tune(sock: socket.socket) -> None:
@@ -194,16 +199,33 @@ class TcpConnection(RequestReply):
             self._sock.close()
 
 
+class _Peer:
+    __slots__ = ("sock", "reader", "outbox", "events")
+
+    def __init__(self, sock: socket.socket, limit: int) -> None:
+        self.sock = sock
+        self.reader = _FrameReader(limit)
+        self.outbox = Outbox()
+        self.events = selectors.EVENT_READ
+
+
 class TcpListener:
-    def __init__(self, sock: socket.socket, address: str, limit: int) -> None:
+    """Peers' sockets are non-blocking: a send the kernel cannot take now waits in the peer's outbox
+    (written when the selector says the socket is writable), and `recv` takes the peers' messages
+    in turn, so one peer's flood delays another's message by one message, not by the flood."""
+
+    def __init__(self, sock: socket.socket, address: str, limit: int, max_queued_bytes: int) -> None:
         self.address = address
         self._server = sock
         self._limit = limit
+        self._max_queued = max_queued_bytes
         self._selector = selectors.DefaultSelector()
         self._selector.register(sock, selectors.EVENT_READ, None)
-        self._peers: dict[int, tuple[socket.socket, _FrameReader]] = {}
+        self._peers: dict[int, _Peer] = {}
         self._next_peer = itertools.count(1)
-        self._ready: collections.deque[tuple[int, memoryview]] = collections.deque()
+        self._turns: collections.deque[int] = collections.deque()  # peers with messages read, in turn
+        self._leftovers: collections.deque[tuple[int, memoryview]] = collections.deque()  # of dropped peers
+        self._since_select = 0
         self._closed = False
         # truncated: messages cut off by their peer leaving in the middle
         self._stats = listener_stats(truncated=0)
@@ -214,48 +236,84 @@ class TcpListener:
         except OSError:  # the peer gave up before we got to it, or no descriptors left: the others go on
             return
         _tune(sock)
-        sock.setblocking(True)
+        sock.setblocking(False)
         peer = next(self._next_peer)
-        self._peers[peer] = (sock, _FrameReader(self._limit))
+        self._peers[peer] = _Peer(sock, self._limit)
         self._selector.register(sock, selectors.EVENT_READ, peer)
 
-    def _drop(self, peer: int) -> None:
-        sock, _ = self._peers.pop(peer)
-        self._selector.unregister(sock)
-        sock.close()
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule)."""
+        entry = self._peers.pop(peer, None)
+        if entry is None:
+            return
+        if fault is not None:
+            self._stats[fault] += 1
+            self._stats["dropped_peers"] += 1
+        self._leftovers.extend((peer, message) for message in entry.reader.ready)  # what came whole is delivered
+        self._selector.unregister(entry.sock)
+        entry.sock.close()
 
     def _read(self, peer: int) -> None:
         """Take what one peer sent; drop it at its end of stream, or when it claims too much."""
-        sock, reader = self._peers[peer]
+        entry = self._peers[peer]
+        reader = entry.reader
+        had = bool(reader.ready)
         try:
-            alive = reader.fill(sock)
+            alive = reader.fill(entry.sock)
+        except BlockingIOError:  # nothing after all
+            alive = True
         except OSError:  # reset, or any other failure of this one socket: that peer is gone
             alive = False
-        self._ready.extend((peer, message) for message in reader.ready)
-        reader.ready.clear()
+        if reader.ready and not had:
+            self._turns.append(peer)
         if reader.refused:
-            self._stats["refused_oversize"] += 1
-            self._stats["dropped_peers"] += 1
-            self._drop(peer)
+            self.drop(peer, "refused_oversize")
         elif not alive:
             self._stats["truncated"] += reader.mid_message
-            self._drop(peer)
+            self.drop(peer)
+
+    def _select(self, timeout: float | None) -> bool:
+        """Accept, read and write what the sockets allow (waiting up to `timeout`); False when nothing did."""
+        self._since_select = 0
+        events = self._selector.select(timeout)
+        for key, mask in events:
+            peer = key.data
+            if peer is None:
+                self._accept()
+                continue
+            if mask & selectors.EVENT_WRITE and peer in self._peers:
+                self._flush(peer)
+            if mask & selectors.EVENT_READ and peer in self._peers and not self._peers[peer].reader.ready:
+                self._read(peer)
+        return bool(events)
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
             raise listener_closed("tcp", self.address)
+        turns = self._turns
+        if turns and self._since_select >= _SELECT_EVERY:  # others' messages may have come meanwhile
+            self._select(0)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._ready:
+        while not turns:
+            if self._leftovers:
+                return self._deliver(*self._leftovers.popleft())
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            events = self._selector.select(remaining)
-            for key, _ in events:
-                if key.data is None:
-                    self._accept()
-                elif key.data in self._peers:
-                    self._read(key.data)
-            if not events and remaining is not None and remaining <= 0:
+            if not self._select(remaining) and remaining is not None and remaining <= 0:
                 return None
-        peer, message = self._ready.popleft()
+        while True:
+            peer = turns.popleft()
+            entry = self._peers.get(peer)
+            if entry is not None and entry.reader.ready:
+                break
+            if not turns:  # every peer in turn was dropped since
+                return self.recv(0.0 if deadline is None else max(0.0, deadline - time.monotonic()))
+        message = entry.reader.ready.popleft()
+        if entry.reader.ready:
+            turns.append(peer)
+        return self._deliver(peer, message)
+
+    def _deliver(self, peer: int, message: memoryview) -> tuple[int, memoryview]:
+        self._since_select += 1
         self._stats["messages_received"] += 1
         self._stats["bytes_received"] += message.nbytes
         return peer, message
@@ -266,13 +324,50 @@ class TcpListener:
         entry = self._peers.get(peer)
         if entry is None:
             raise not_connected("tcp", peer, self.address)
-        try:
-            n = _send_message(entry[0], parts, self._limit)
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            self._drop(peer)
-            raise TransportClosedError(f"tcp: peer {peer} went away ({exc})") from None
+        views, total = byte_views(parts)
+        check_size(total, min(self._limit, 0xFFFFFFFF), "tcp")
+        framed = [memoryview(_LENGTH.pack(total)), *(view for view in views if view.nbytes)]
+        written = 0
+        if not entry.outbox:
+            try:
+                written = entry.sock.sendmsg(framed)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:  # reset, broken pipe: that peer is gone
+                self.drop(peer)
+                raise TransportClosedError(f"tcp: peer {peer} went away ({exc})") from None
+        if written < total + _LENGTH.size:
+            rest = joined(framed, written)
+            if not entry.outbox.admits(len(rest), self._max_queued):
+                self.drop(peer, "slow_consumers")
+                raise SlowConsumerError(f"tcp: peer {peer} was dropped: it did not read what was sent to it "
+                                        f"({entry.outbox.queued} bytes waiting, max_queued_bytes={self._max_queued})")
+            entry.outbox.push(rest)
+            self._want(peer, entry, selectors.EVENT_READ | selectors.EVENT_WRITE)
         self._stats["messages_sent"] += 1
-        self._stats["bytes_sent"] += n
+        self._stats["bytes_sent"] += total
+
+    def _flush(self, peer: int) -> None:
+        entry = self._peers[peer]
+
+        def write(view: memoryview) -> int:
+            try:
+                return entry.sock.send(view)
+            except BlockingIOError:
+                return -1
+
+        try:
+            emptied = entry.outbox.flush(write)
+        except OSError:  # the peer went away with replies still queued: nobody waits for them
+            self.drop(peer)
+            return
+        if emptied:
+            self._want(peer, entry, selectors.EVENT_READ)
+
+    def _want(self, peer: int, entry: _Peer, events: int) -> None:
+        if entry.events != events:
+            entry.events = events
+            self._selector.modify(entry.sock, events, peer)
 
     @property
     def peers(self) -> list[int]:
@@ -287,18 +382,20 @@ class TcpListener:
             return
         self._closed = True
         for peer in list(self._peers):
-            self._drop(peer)
+            self.drop(peer)
         self._selector.close()
         self._server.close()
 
 
 class TcpTransport:
-    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability)."""
+    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability);
+    `max_queued_bytes`: how much a listener holds for one peer that does not read (kit.framing.Outbox)."""
 
     capabilities = caps.TCP
 
-    def __init__(self, max_message_bytes: int | None = None) -> None:
+    def __init__(self, max_message_bytes: int | None = None, max_queued_bytes: int | None = None) -> None:
         self.max_message_bytes = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "tcp")
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "tcp")
 
     def listen(self, address: str | None = None) -> TcpListener:
         host, port = host_port(address or "tcp://127.0.0.1:0", "tcp")
@@ -310,7 +407,7 @@ class TcpTransport:
         sock.setblocking(False)
         bound_port = sock.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
-        return TcpListener(sock, f"tcp://{shown}:{bound_port}", self.max_message_bytes)
+        return TcpListener(sock, f"tcp://{shown}:{bound_port}", self.max_message_bytes, self.max_queued_bytes)
 
     def connect(self, address: str, timeout: float = 10.0) -> TcpConnection:
         host, port = host_port(address, "tcp")

@@ -9,7 +9,9 @@ message before starting the next, so messages arrive in order.
 
 Loss is counted, never silent: per peer, the receiver expects sequence numbers in order; a gap, or a
 reassembly that makes no progress for `reassembly_timeout_s`, adds to stats["lost"]. The invariant
-the conformance kit checks is received + lost == sent.
+the conformance kit checks is received + lost == sent. A sequence number is a claim too: one more
+than _MAX_GAP ahead of what the receiver expects is `malformed` and changes nothing, so a peer that
+jumps its numbers cannot add billions to `lost`.
 
 A header is a claim, checked before anything is kept: a datagram whose fields do not add up is
 `malformed`; a message whose total exceeds the receiving side's max_message_bytes is refused
@@ -40,14 +42,17 @@ from rlbench.kit.checks import positive_int
 from rlbench.kit.framing import (
     MessageTooLargeError,
     RequestReply,
+    SlowConsumerError,
     TransportClosedError,
     byte_views,
     check_size,
     host_port,
+    joined,
     listener_closed,
     listener_stats,
     message_limit,
     not_connected,
+    queued_bytes_limit,
     slice_views,
 )
 
@@ -62,6 +67,10 @@ _WINDOW = 32  # fragments in flight per message
 _ACK_EVERY = 8  # the receiver acknowledges every this many fragments (and the last)
 _RTO_S, _MAX_RTO_S = 0.02, 0.2
 _RCVBUF = 4 << 20
+# The most messages one datagram may show as lost (a gap in its peer's sequence): far more than a
+# burst loss of a sender that waits for replies, far less than the 2**31 a lying peer could claim.
+_MAX_GAP = 1 << 16
+_PUMP_ON_SEND = 256  # datagrams a listener's send handles before it queues a message behind a send under way
 
 
 class _Partial:
@@ -96,8 +105,24 @@ class _Partial:
         return True
 
 
+class _Transfer:
+    """A listener's windowed send of one message, advanced as acknowledgements come (never waited for)."""
+
+    __slots__ = ("seq", "data", "count", "next_index", "acked", "rto", "last_sent", "last_progress")
+
+    def __init__(self, seq: int, data: bytes, count: int) -> None:
+        self.seq = seq
+        self.data = memoryview(data)
+        self.count = count
+        self.next_index = 0
+        self.acked = 0
+        self.rto = _RTO_S
+        self.last_sent = self.last_progress = time.monotonic()
+
+
 class _Peer:
-    __slots__ = ("id", "addr", "send_seq", "expected", "partials", "acked", "refused", "far_limit", "heard")
+    __slots__ = ("id", "addr", "send_seq", "expected", "partials", "acked", "refused", "far_limit", "heard",
+                 "waiting", "queued", "transfer")
 
     def __init__(self, peer_id: int, addr: Any) -> None:
         self.id = peer_id
@@ -109,6 +134,10 @@ class _Peer:
         self.refused: int | None = None  # the last seq we refused from this peer
         self.far_limit = 0  # the max_message_bytes its last REFUSE gave
         self.heard = time.monotonic()
+        # a listener's messages to this peer behind the one being sent (windowed), and that one
+        self.waiting: collections.deque[bytes] = collections.deque()
+        self.queued = 0
+        self.transfer: _Transfer | None = None
 
 
 class _UdpEndpoint:
@@ -147,6 +176,9 @@ class _UdpEndpoint:
 
     def _all_peers(self) -> list[_Peer]:
         raise NotImplementedError
+
+    def _acknowledged(self, peer: _Peer) -> None:
+        """An ACK or REFUSE for a message being sent to `peer` came (a listener moves its send on)."""
 
     # -- sending ------------------------------------------------------------------------------
     def _sendmsg(self, buffers: list[Any], addr: Any) -> None:
@@ -254,6 +286,7 @@ class _UdpEndpoint:
                     peer.acked[seq] = max(peer.acked[seq], index)
                 else:
                     peer.acked[seq], peer.far_limit = _REFUSED, total
+                self._acknowledged(peer)
         elif kind != _DATA:
             self._control(kind, addr, index)
         else:
@@ -275,6 +308,9 @@ class _UdpEndpoint:
                 self._send_control(_REFUSE, peer.addr, seq, total=self._limit)
             elif count > 1:  # our last ack may have been lost; confirm again so the sender stops
                 self._send_control(_ACK, peer.addr, seq, count, count)
+            return
+        if ((seq - peer.expected) & 0xFFFFFFFF) > _MAX_GAP:  # a claim of more lost messages than could be
+            self._stats["malformed"] += 1
             return
         size = payload.nbytes
         if count == 1:
@@ -374,7 +410,10 @@ class _UdpEndpoint:
             if self._closed_by_far_side():
                 raise TransportClosedError("udp: the other side closed")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self.pump(remaining) and remaining is not None and remaining <= 0:
+            if self._busy():  # wake for the retransmission timers of sends under way
+                self._tick()
+                remaining = _RTO_S if remaining is None else min(remaining, _RTO_S)
+            if not self.pump(remaining) and deadline is not None and time.monotonic() >= deadline:
                 return None
         peer, message = self._inbox.popleft()
         self._stats["messages_received"] += 1
@@ -383,6 +422,13 @@ class _UdpEndpoint:
 
     def _closed_by_far_side(self) -> bool:
         return False
+
+    def _busy(self) -> bool:
+        """Sends under way that need this side's timers (a listener's)."""
+        return False
+
+    def _tick(self) -> None:
+        """Move sends under way on (a listener's)."""
 
     @property
     def stats(self) -> dict[str, int]:
@@ -449,13 +495,20 @@ class UdpConnection(RequestReply, _UdpEndpoint):
 
 
 class UdpListener(_UdpEndpoint):
-    def __init__(self, sock: socket.socket, address: str, **options: Any) -> None:
+    """Sends never wait on a peer: a message of several fragments is sent in its window as the
+    peer's acknowledgements come in, during later calls (`_advance`), and what is sent after it
+    waits behind it, bounded per peer by `max_queued_bytes` (kit.framing's slow-consumer rule)."""
+
+    def __init__(self, sock: socket.socket, address: str, *, max_queued_bytes: int, **options: Any) -> None:
         super().__init__(sock, **options)
         self.address = address
         self._by_addr: dict[Any, _Peer] = {}
         self._by_id: dict[int, _Peer] = {}
         self._next_peer = itertools.count(1)
         self._closed = False
+        self._max_queued = max_queued_bytes
+        self._sending: dict[int, _Peer] = {}  # peers with a windowed send under way or messages waiting
+        self._stats["slow_consumers"] = 0
 
     def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
         peer = self._by_addr.get(addr)
@@ -482,6 +535,96 @@ class UdpListener(_UdpEndpoint):
     def _leave(self, peer: _Peer) -> None:
         del self._by_addr[peer.addr], self._by_id[peer.id]
         self._forget(peer)
+        if self._sending.pop(peer.id, None) is not None:
+            if peer.transfer is not None:
+                peer.acked.pop(peer.transfer.seq, None)
+            peer.transfer = None
+            peer.waiting.clear()
+            peer.queued = 0
+
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """Forget one peer (`fault`: the counter it adds to, when it broke a rule); it is told BYE."""
+        target = self._by_id.get(peer)
+        if target is None:
+            return
+        if fault is not None:
+            self._stats[fault] += 1
+            self._stats["dropped_peers"] += 1
+        self._leave(target)
+        try:
+            self._send_control(_BYE, target.addr)
+        except OSError:
+            pass
+
+    def _acknowledged(self, peer: _Peer) -> None:
+        if peer.transfer is not None:
+            self._advance(peer)
+
+    def _busy(self) -> bool:
+        return bool(self._sending)
+
+    def _advance(self, peer: _Peer) -> None:
+        """Move the peer's sends on as far as its acknowledgements allow, without waiting."""
+        stats, fragment = self._stats, self._fragment
+        while True:
+            transfer = peer.transfer
+            if transfer is None:
+                if not peer.waiting:
+                    self._sending.pop(peer.id, None)
+                    return
+                data = peer.waiting.popleft()
+                peer.queued -= len(data)
+                seq = peer.send_seq
+                peer.send_seq = (seq + 1) & 0xFFFFFFFF
+                if len(data) <= fragment:
+                    self._sendmsg([_HEADER.pack(_MAGIC, _VERSION, _DATA, seq, 0, 1, len(data), fragment), data], peer.addr)
+                    stats["fragments_sent"] += 1
+                    stats["messages_sent"] += 1
+                    stats["bytes_sent"] += len(data)
+                    continue
+                transfer = peer.transfer = _Transfer(seq, data, -(-len(data) // fragment))
+                peer.acked[seq] = 0
+            acked, now = peer.acked[transfer.seq], time.monotonic()
+            done = acked == _REFUSED or acked >= transfer.count
+            if acked == _REFUSED:
+                stats["refused_by_peer"] += 1
+            elif done:
+                stats["messages_sent"] += 1
+                stats["bytes_sent"] += transfer.data.nbytes
+            elif acked > transfer.acked:
+                transfer.acked, transfer.last_progress, transfer.rto = acked, now, _RTO_S
+            elif now - transfer.last_sent > transfer.rto:
+                if now - transfer.last_progress > self._give_up:
+                    stats["send_abandoned"] += 1
+                    done = True
+                else:  # go back to the first unacknowledged
+                    for index in range(acked, transfer.next_index):
+                        self._send_fragment(peer, transfer, index)
+                        stats["retransmits"] += 1
+                    transfer.last_sent = time.monotonic()
+                    transfer.rto = min(_MAX_RTO_S, transfer.rto * 2)
+            if done:
+                del peer.acked[transfer.seq]
+                peer.transfer = None
+                continue
+            while transfer.next_index < min(transfer.count, acked + _WINDOW):
+                self._send_fragment(peer, transfer, transfer.next_index)
+                transfer.next_index += 1
+                transfer.last_sent = time.monotonic()
+            return
+
+    def _send_fragment(self, peer: _Peer, transfer: _Transfer, index: int) -> None:
+        fragment = self._fragment
+        total = transfer.data.nbytes
+        start = index * fragment
+        header = _HEADER.pack(_MAGIC, _VERSION, _DATA, transfer.seq, index, transfer.count, total, fragment)
+        self._sendmsg([header, transfer.data[start:start + fragment]], peer.addr)
+        self._stats["fragments_sent"] += 1
+
+    def _tick(self) -> None:
+        """Retransmit or give up what timed out (sends wait for acknowledgements in no call)."""
+        for peer in list(self._sending.values()):
+            self._advance(peer)
 
     def _all_peers(self) -> list[_Peer]:
         return list(self._by_id.values())
@@ -507,7 +650,23 @@ class UdpListener(_UdpEndpoint):
         target = self._by_id.get(peer)
         if target is None:
             raise not_connected("udp", peer, self.address)
-        self._send_message(target, parts)
+        views, total = byte_views(parts)
+        if total <= self._fragment and target.transfer is None and not target.waiting:
+            self._send_message(target, parts)  # one datagram, now
+            return
+        check_size(total, self._limit, "udp")
+        for _ in range(_PUMP_ON_SEND):  # take the acknowledgements that came meanwhile: sends move on
+            if not self.pump(0):
+                break
+        if target.waiting and target.queued + total > self._max_queued:
+            queued = target.queued
+            self.drop(peer, "slow_consumers")
+            raise SlowConsumerError(f"udp: peer {peer} was dropped: it did not acknowledge what was sent to it "
+                                    f"({queued} bytes waiting, max_queued_bytes={self._max_queued})")
+        target.waiting.append(joined(views))
+        target.queued += total
+        self._sending[peer] = target
+        self._advance(target)
 
     @property
     def peers(self) -> list[int]:
@@ -531,13 +690,14 @@ class UdpTransport:
     a sender waits for acknowledgements before abandoning a message; `max_message_bytes`: the largest
     message this side sends or accepts (at most the capability); `max_reassembly_bytes`: the most a side
     holds in reassembly, all peers together (default: twice max_message_bytes, at least 64 MiB);
-    `max_peers`: how many peers a listener keeps track of."""
+    `max_peers`: how many peers a listener keeps track of; `max_queued_bytes`: how much a listener
+    holds for one peer that does not acknowledge (kit.framing.Outbox's rule)."""
 
     capabilities = caps.UDP
 
     def __init__(self, datagram_bytes: int = 8192, reassembly_timeout_s: float = 1.0, give_up_s: float = 2.0,
                  max_message_bytes: int | None = None, max_reassembly_bytes: int | None = None,
-                 max_peers: int = 1024) -> None:
+                 max_peers: int = 1024, max_queued_bytes: int | None = None) -> None:
         if not _MIN_DATAGRAM <= datagram_bytes <= _MAX_DATAGRAM:
             raise RlbenchError(f"udp datagram_bytes must be within {_MIN_DATAGRAM}..{_MAX_DATAGRAM}, got {datagram_bytes}")
         self.max_message_bytes = limit = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "udp")
@@ -549,6 +709,7 @@ class UdpTransport:
         self._options = dict(datagram_bytes=datagram_bytes, limit=limit, reassembly_timeout_s=reassembly_timeout_s,
                              give_up_s=give_up_s, max_reassembly_bytes=max_reassembly_bytes,
                              max_peers=positive_int(max_peers, "udp: max_peers"))
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "udp")
 
     @staticmethod
     def _socket(family: int) -> socket.socket:
@@ -563,7 +724,8 @@ class UdpTransport:
         sock = self._socket(family)
         sock.bind((host, port))
         shown = f"[{host}]" if family == socket.AF_INET6 else host
-        return UdpListener(sock, f"udp://{shown}:{sock.getsockname()[1]}", **self._options)
+        return UdpListener(sock, f"udp://{shown}:{sock.getsockname()[1]}", max_queued_bytes=self.max_queued_bytes,
+                           **self._options)
 
     def connect(self, address: str, timeout: float = 10.0) -> UdpConnection:
         host, port = host_port(address, "udp")
