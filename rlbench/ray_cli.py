@@ -249,13 +249,14 @@ class AccessClient:
 
         from rlbench.kit.bench import cartpole_batch
         from rlbench.plugins import get_registry
+        from rlbench.runtime.distributed import messages
         from rlbench.runtime.distributed.channel import Channel
         from rlbench.runtime.distributed.replay_client import ReplayClient
 
         component = get_registry().get("transport", transport)
         self.channel = Channel(component.create(**options).connect(address, timeout=30), timeout=30,
                                reliable=component.capabilities.reliable)
-        self.channel.authenticate(role, 0, secret)
+        self.channel.authenticate(role, 0, messages.role_key(secret, role, 0))
         self.client = ReplayClient(self.channel)
         self.role = role
         self.rng = np.random.default_rng(0)

@@ -97,7 +97,7 @@ def valid_insert(n=8):
 class _Served:
     """A replay node serving a uniform memory in a thread, over a built-in transport."""
 
-    def __init__(self, transport_name, secret, capacity, **settings):
+    def __init__(self, transport_name, secret, capacity, transport_options=None, limiter=None, **settings):
         import threading
 
         from rlbench import get_registry
@@ -105,12 +105,12 @@ class _Served:
         from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
 
         registry = get_registry()
-        self.transport = registry.get("transport", transport_name).create()
+        self.transport = registry.get("transport", transport_name).create(**(transport_options or {}))
         self.listener = self.transport.listen(None)
         memory = registry.get("replay", "uniform").create(capacity=capacity, alpha=0.6, seed=0)
         options = dict(placement="server", total_steps=10**9, batch_size=4, max_message_bytes=1 << 20, secret=secret)
         options.update(settings)
-        self.node = ReplayNode(self.listener, memory, RateLimiter(1.0, 1, 1e9), NodeSettings(**options),
+        self.node = ReplayNode(self.listener, memory, limiter or RateLimiter(1.0, 1, 1e9), NodeSettings(**options),
                                prioritized=False)
         self.node.serving = lambda: self.thread.is_alive()
         self.thread = threading.Thread(target=self.node.serve, daemon=True)
@@ -118,10 +118,11 @@ class _Served:
 
     def stop(self):
         from rlbench.runtime.distributed.channel import Channel
-        from rlbench.runtime.distributed.messages import Op
+        from rlbench.runtime.distributed.messages import Op, role_key
 
         control = Channel(self.transport.connect(self.listener.address), timeout=10)
-        control.authenticate("launcher", 0, self.node.settings.secret)
+        secret = self.node.settings.secret
+        control.authenticate("launcher", 0, role_key(secret, "launcher", 0) if secret else None)
         control.request(Op.SHUTDOWN)
         self.thread.join(timeout=10)
         control.close()
@@ -130,9 +131,9 @@ class _Served:
 
 
 @contextlib.contextmanager
-def served(transport_name, secret=SECRET, capacity=1000, **settings):
+def served(transport_name, secret=SECRET, capacity=1000, transport_options=None, limiter=None, **settings):
     """(transport, listener, node) of a replay node serving in a thread; stopped afterwards."""
-    server = _Served(transport_name, secret, capacity, **settings)
+    server = _Served(transport_name, secret, capacity, transport_options, limiter, **settings)
     try:
         yield server.transport, server.listener, server.node
     finally:

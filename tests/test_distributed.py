@@ -17,7 +17,7 @@ from support import REPO, SECRET, interrupt_when_ready, kill_role_when_running, 
 from rlbench.config import RunConfig
 from rlbench.runner import run
 from rlbench.runtime.distributed.channel import Channel, RemoteError
-from rlbench.runtime.distributed.messages import Op, decode, encode, joined, read_text
+from rlbench.runtime.distributed.messages import Op, decode, encode, joined, read_text, role_key
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
 
 SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
@@ -103,7 +103,7 @@ def test_malformed_messages_get_errors_and_the_node_keeps_serving(transport_name
             assert op == Op.ERROR, label
             assert read_text(arrays["message"]), label
         channel = Channel(conn)
-        channel.authenticate("actor", 0, SECRET)
+        channel.authenticate("actor", 0, role_key(SECRET, "actor", 0))
         # well-formed but wrong: an INSERT without its fields, a SAMPLE from an actor
         with pytest.raises(RemoteError, match="INSERT lacks action"):
             channel.request(Op.INSERT, {"obs": np.ones((2, 4), np.float32), "produced": np.int64(2)})
@@ -125,7 +125,7 @@ def test_fuzzed_messages_never_stop_the_node():
     with served("inproc") as (transport, listener, node):
         conn = transport.connect(listener.address)
         channel = Channel(conn)
-        channel.authenticate("actor", 0, SECRET)
+        channel.authenticate("actor", 0, role_key(SECRET, "actor", 0))
         good = bytearray(joined(encode(Op.INSERT, valid_insert(), 5)))
         rng = np.random.default_rng(0)
         for i in range(300):
@@ -259,7 +259,7 @@ def test_a_reply_read_by_another_call_is_kept_for_its_own():
 
     with served("tcp") as (transport, listener, node):
         channel = Channel(transport.connect(listener.address))
-        channel.authenticate("actor", 0, SECRET)
+        channel.authenticate("actor", 0, role_key(SECRET, "actor", 0))
         client = ReplayClient(channel)
         pending = client.add_begin({k: v for k, v in valid_insert().items() if k != "produced"}, produced=8)
         time.sleep(0.2)  # the INSERT's reply is waiting in the socket before the FETCH is sent

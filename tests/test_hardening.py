@@ -21,6 +21,7 @@ from rlbench.runner import run
 from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel, RemoteError
 from rlbench.runtime.distributed.messages import SCHEMAS, Op, decode, encode, joined, read_text
+from rlbench.runtime.distributed.replay_node import MAX_ERRORS_BEFORE_AUTH
 
 SHORT = {"learning_starts": 200, "batch_size": 32, "publish_every": 5}
 TRANSPORTS = ["inproc", "shm", "tcp", "udp"]
@@ -32,7 +33,7 @@ def rss_bytes() -> int:
 
 def connected(transport, listener, role="actor", secret=SECRET, index=0) -> Channel:
     channel = Channel(transport.connect(listener.address), timeout=10)
-    channel.authenticate(role, index, secret)
+    channel.authenticate(role, index, messages.role_key(secret, role, index))
     return channel
 
 
@@ -141,18 +142,34 @@ def test_structure_aware_fuzz_of_every_op_never_stops_or_bloats_the_node(transpo
 
 
 @pytest.mark.parametrize("transport_name", ["tcp", "udp"])
-def test_random_bytes_from_an_unauthenticated_peer_are_answered_and_counted(transport_name):
+def test_random_bytes_from_an_unauthenticated_peer_are_answered_until_it_is_dropped_and_counted(transport_name):
+    """A stranger gets MAX_ERRORS_BEFORE_AUTH refusals per connection, then the node drops it: its
+    flood costs the node a bounded amount, and the node goes on serving."""
     rng = np.random.default_rng(2)
     with served(transport_name) as (transport, listener, node):
         stranger = transport.connect(listener.address)
+        answered = dropped = 0
         for i in range(200):
             size = int(rng.integers(0, 300))
-            replies = answer_then_status(stranger, rng.bytes(size), 5000 + i)
+            try:
+                replies = answer_then_status(stranger, rng.bytes(size), 5000 + i)
+            except ConnectionError:  # dropped: a new connection starts with a new allowance
+                dropped += 1
+                stranger.close()
+                stranger = transport.connect(listener.address)
+                continue
             assert replies[-1][0] == Op.ERROR  # STATUS before authentication: refused too
+            answered += 1
+        per_connection = MAX_ERRORS_BEFORE_AUTH // 2  # two refusals a round
+        assert dropped == 200 // (per_connection + 1) and answered == 200 - dropped
         counters = node.recorder.counters
-        assert counters["malformed"] + counters["unauthenticated"] >= 399
+        assert counters["malformed"] + counters["unauthenticated"] >= 2 * answered + dropped
+        assert counters["dropped_before_auth"] == dropped
         assert node.state.stored == 0 and node.serving()
+        actor = connected(transport, listener, "actor")
+        assert actor.request(Op.INSERT, valid_insert(4))[0] == Op.INSERTED
         stranger.close()
+        actor.close()
 
 
 # ------------------------------------------------------------------- well-formed but hostile
@@ -231,7 +248,7 @@ def test_a_client_refuses_a_node_that_cannot_prove_the_secret():
         with pytest.raises(RemoteError, match="could not prove the run's secret: refusing to talk to it"):
             connected(transport, listener, "actor", secret=SECRET)
     with served("tcp", secret=None) as (transport, listener, node):
-        with pytest.raises(RemoteError, match="runs without authentication but this role has a secret"):
+        with pytest.raises(RemoteError, match="runs without authentication but this role has a key"):
             connected(transport, listener, "actor", secret=SECRET)
 
 

@@ -183,6 +183,9 @@ def drive(memory_name: str, messages_to_send: int) -> Driven:
         tracked = baseline = None
         count = 0
         while count < messages_to_send:
+            stranger = node.peers.get(STRANGER)
+            if stranger is not None:  # a fresh allowance of refusals before it is dropped, every round
+                stranger.errors = 0
             for outcome in driven.outcomes:
                 if outcome.first_insert:
                     node.state.first_insert_t = None  # the node's clock restarts: this INSERT is its first again

@@ -820,6 +820,7 @@ typedef struct {
     Py_ssize_t capacity; /* the node's idea of it; -1 when unknown */
     Py_ssize_t max_bytes;
     long long max_credit;
+    long long max_held; /* INSERT replies the limiter may hold for one peer (more: the general path refuses) */
     int prioritized;
     /* the INSERT layout last found compatible with the memory's columns */
     Layout *fit_layout; /* a reference */
@@ -831,7 +832,7 @@ typedef struct {
     long long handled[N_TIMED];
 } FastPath;
 
-static PyObject *S_refused, *S_authenticated, *S_role, *S_last_insert, *S_produced, *S_stored, *S_done,
+static PyObject *S_refused, *S_authenticated, *S_role, *S_last_insert, *S_held, *S_produced, *S_stored, *S_done,
     *S_first_insert_t, *S_last_insert_t, *S_params_version, *S_learner_updates, *S_credit, *S_beta, *S_size,
     *S_cursor, *S_adds, *S_add_calls, *S_samples, *S_sampled_items, *S_updates, *S_updated_items, *S_columns,
     *S_indices, *S_weights, *S_step, *S_finished;
@@ -1082,6 +1083,11 @@ static PyObject *fast_insert(FastPath *f, PyObject *peer_id, PyObject *peer, Lay
         return NULL;
     if (last_insert == (long long)request_id) /* a retry: the general path answers it */
         return Py_NewRef(NOT_HANDLED);
+    long long held;
+    if (get_ll(peer, S_held, &held) < 0)
+        return NULL;
+    if (held >= f->max_held) /* too many of its replies held: the general path refuses it */
+        return Py_NewRef(NOT_HANDLED);
     PyObject *first = get_field(f->state_fields, S_first_insert_t);
     if (first == NULL)
         return NULL;
@@ -1097,6 +1103,8 @@ static PyObject *fast_insert(FastPath *f, PyObject *peer_id, PyObject *peer, Lay
     Entry *obs = &layout->entries[layout->field[F_OBS]];
     Py_ssize_t n = obs->dims[0];
     long long produced = read_ll(&layout->entries[layout->field[F_PRODUCED]], buf);
+    if (produced != (long long)n) /* the node counts what it stores: the general path refuses it */
+        return Py_NewRef(NOT_HANDLED);
     const void *priorities = NULL;
     int priorities_wide = 1;
     if (layout->field[F_PRIORITIES] >= 0) {
@@ -1151,7 +1159,7 @@ static PyObject *fast_insert(FastPath *f, PyObject *peer_id, PyObject *peer, Lay
     int failed = set_field(f->state_fields, S_last_insert_t, now);
     Py_DECREF(now);
     long long total_produced;
-    if (failed < 0 || set_ll(peer, S_last_insert, request_id) < 0 ||
+    if (failed < 0 || set_ll(peer, S_last_insert, request_id) < 0 || add_ll(peer, S_stored, n) < 0 ||
         get_ll(f->state_fields, S_produced, &total_produced) < 0 ||
         set_ll(f->state_fields, S_produced, total_produced += produced) < 0 || add_ll(f->state_fields, S_stored, n) < 0 ||
         call_with_ll(f->inserted, n, 0) < 0 || check_deadline(f, total_produced, m1) < 0)
@@ -1520,18 +1528,19 @@ static PyObject *FastPath_handled(FastPath *f, void *closure) {
 static int FastPath_init(FastPath *f, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"codec", "memory", "tree", "rng", "int64", "peers", "state", "pending_samples",
                                "limiter", "allowed", "ops", "total_steps", "deadline", "capacity", "max_message_bytes",
-                               "max_credit", "prioritized", "check_deadline", "hold_insert", "drain", NULL};
+                               "max_credit", "prioritized", "check_deadline", "hold_insert", "drain", "max_held",
+                               NULL};
     PyObject *codec, *memory, *tree, *rng, *int64_type, *peers, *state, *pending, *limiter, *allowed, *ops;
     PyObject *check_deadline, *hold_insert, *drain;
     if (f->codec != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a FastPath is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOOO!OOOO!O!LdnnLpOOO", keywords, &CodecType, &codec, &memory,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOOO!OOOO!O!LdnnLpOOOL", keywords, &CodecType, &codec, &memory,
                                      &tree, &rng, &int64_type, &PyDict_Type, &peers, &state, &pending, &limiter,
                                      &PyDict_Type, &allowed, &PyDict_Type, &ops, &f->total_steps, &f->deadline_s,
                                      &f->capacity, &f->max_bytes, &f->max_credit, &f->prioritized, &check_deadline,
-                                     &hold_insert, &drain))
+                                     &hold_insert, &drain, &f->max_held))
         return -1;
     f->codec = (Codec *)Py_NewRef(codec);
     f->memory = Py_NewRef(memory);
@@ -1701,7 +1710,7 @@ static struct PyModuleDef wire_module = {
 static int intern_names(void) {
     struct { PyObject **slot; const char *text; } names[] = {
         {&S_refused, "refused"}, {&S_authenticated, "authenticated"}, {&S_role, "role"},
-        {&S_last_insert, "last_insert"}, {&S_produced, "produced"}, {&S_stored, "stored"}, {&S_done, "done"},
+        {&S_last_insert, "last_insert"}, {&S_held, "held"}, {&S_produced, "produced"}, {&S_stored, "stored"}, {&S_done, "done"},
         {&S_first_insert_t, "first_insert_t"}, {&S_last_insert_t, "last_insert_t"},
         {&S_params_version, "params_version"}, {&S_learner_updates, "learner_updates"}, {&S_credit, "credit"},
         {&S_beta, "beta"}, {&S_size, "_size"}, {&S_cursor, "_cursor"}, {&S_adds, "_adds"},

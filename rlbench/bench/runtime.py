@@ -118,6 +118,7 @@ def _auth_cost(transport: str, requests: int = 2000, rounds: int = 4) -> dict[st
     from rlbench.kit.access import replay_node
     from rlbench.kit.bench import cartpole_batch
     from rlbench.plugins import get_registry
+    from rlbench.runtime.distributed import messages
     from rlbench.runtime.distributed.channel import Channel
 
     one = cartpole_batch(np.random.default_rng(0), 1)
@@ -141,7 +142,7 @@ def _auth_cost(transport: str, requests: int = 2000, rounds: int = 4) -> dict[st
                     channel = Channel(component.create().connect(node.address, timeout=10),
                                       reliable=component.capabilities.reliable, timeout=10)
                     t0 = clock()
-                    channel.authenticate("actor", 7, secret)
+                    channel.authenticate("actor", 7, messages.role_key(secret, "actor", 7) if secret else None)
                     times[side]["handshake"].append(clock() - t0)
                     channel.close()
     return {side: {op: float(np.percentile(np.asarray(values[20:] if op != "handshake" else values) / 1e3, 50))

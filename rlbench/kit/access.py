@@ -107,6 +107,7 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0,
                 fast_path: bool = True) -> Iterator[NodeUnderTest]:
     from rlbench.plugins import get_registry
+    from rlbench.runtime.distributed import messages
     from rlbench.runtime.distributed.channel import Channel
     from rlbench.runtime.distributed.messages import Op
     from rlbench.runtime.distributed.replay_client import ReplayClient
@@ -122,7 +123,7 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 connection = component.create(**transport_options).connect(address, timeout=timeout)
                 opened = Channel(connection, reliable=component.capabilities.reliable, timeout=timeout)
                 channels.append(opened)
-                opened.authenticate(role, 0, secret)
+                opened.authenticate(role, 0, messages.role_key(secret, role, 0) if secret else None)
                 return opened
 
             control = channel("launcher")

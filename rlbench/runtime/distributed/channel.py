@@ -9,8 +9,9 @@ the replay node.
   in-network batches, END.
 - On a transport that declares itself unreliable, a request that times out is sent again with the
   same id (the node recognises a retried INSERT and does not store it twice).
-- `authenticate(role, index, secret)` runs the HELLO / CHALLENGE / AUTH handshake of `messages`:
-  both sides prove the run's secret; nothing else is sent before it.
+- `authenticate(role, index, key)` runs the HELLO / CHALLENGE / AUTH handshake of `messages`:
+  the role proves its key (`messages.role_key` of the run's secret) and the node proves it knows
+  the secret it comes from; nothing else is sent before it.
 
 An ERROR reply raises `RemoteError` with the node's message.
 """
@@ -50,20 +51,20 @@ class Channel:
         self._early: dict[int, Reply] = {}  # their replies, when another call read them
         self._next_id = 1
 
-    def authenticate(self, role: str, index: int, secret: bytes | None) -> None:
-        """Introduce this role; with a secret, prove it and check the node proves it too."""
+    def authenticate(self, role: str, index: int, key: bytes | None) -> None:
+        """Introduce this role; with its key, prove it and check the node proves it too."""
         nonce = os.urandom(messages.NONCE_BYTES)
         op, arrays = self.request(Op.HELLO, {"role": messages.text(role), "index": np.int64(index),
                                              "nonce": np.frombuffer(nonce, np.uint8)})
-        if op == Op.WELCOME and secret is None:
+        if op == Op.WELCOME and key is None:
             return
-        if op != Op.CHALLENGE or secret is None:
-            raise RemoteError("the replay node runs without authentication but this role has a secret" if secret
-                              else "the replay node requires authentication and this role has no secret")
+        if op != Op.CHALLENGE or key is None:
+            raise RemoteError("the replay node runs without authentication but this role has a key" if key
+                              else "the replay node requires authentication and this role has no key")
         node_nonce = bytes(arrays["nonce"])
-        if not messages.proofs_match(messages.node_proof(secret, nonce, node_nonce), arrays["proof"]):
+        if not messages.proofs_match(messages.node_proof(key, nonce, node_nonce), arrays["proof"]):
             raise RemoteError("the replay node could not prove the run's secret: refusing to talk to it")
-        proof = messages.role_proof(secret, role, index, node_nonce, nonce)
+        proof = messages.role_proof(key, role, index, node_nonce, nonce)
         op, _ = self.request(Op.AUTH, {"proof": np.frombuffer(proof, np.uint8)})
         if op != Op.WELCOME:
             raise RemoteError(f"authentication answered {op.name}")

@@ -251,10 +251,14 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     final weights and the node's report and shuts it down. Only what is still running after that is
     killed. When the node itself is gone, accounting uses what the launcher last polled.
     """
-    secret = secrets.token_bytes(32)  # the run's: roles prove it to the node; never printed or stored
-    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options,
-                    secret=secret)
+    secret = secrets.token_bytes(32)  # the run's: the node's; every other role gets its own key; never printed or stored
+    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options)
     base.config["replay"] = plan.replay.name
+
+    def role(name: str, address: str, index: int = 0) -> RoleSpec:
+        return dataclasses.replace(base, role=name, address=address, index=index,
+                                   secret=messages.role_key(secret, name, index))
+
     transport = plan.transport.create(**plan.options.get("transport", {}))
     launcher = launcher or make_launcher(config, plan, transport)  # a cluster's pre-flight refuses here
     started, first_progress = time.perf_counter(), None
@@ -264,14 +268,14 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     control = None
     try:
         bound = listen_address(transport, plan.transport.name, config.bind) if config.bind else None
-        node = launcher.start(dataclasses.replace(base, role="replay", address=bound or ""))
+        node = launcher.start(dataclasses.replace(base, role="replay", address=bound or "", secret=secret,
+                                                  layout=run_layout(config, plan)))
         address = launcher.wait_address(node)
-        learner = launcher.start(dataclasses.replace(base, role="learner", address=address))
-        actors = [launcher.start(dataclasses.replace(base, role="actor", address=address, index=i))
-                  for i in range(config.actors)]
+        learner = launcher.start(role("learner", address))
+        actors = [launcher.start(role("actor", address, i)) for i in range(config.actors)]
         control = Channel(transport.connect(address, timeout=REQUEST_TIMEOUT_S),
                           reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
-        control.authenticate("launcher", 0, secret)
+        control.authenticate("launcher", 0, messages.role_key(secret, "launcher", 0))
         reported_dead: set[str] = set()
         while True:
             launcher.wait(launcher.handles, POLL_S)  # reads role outcomes while it waits
@@ -336,6 +340,16 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     outcome.stats.startup_s = first_progress
     _record_where(outcome, where)
     return outcome
+
+
+def run_layout(config: Any, plan: Any) -> messages.Layout:
+    """The transitions this run's actors produce, from its environment's spec (one environment built
+    here, as the launcher's pre-flight does): the replay node refuses any other layout."""
+    env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
+    try:
+        return messages.transition_layout(env.spec)
+    finally:
+        env.close()
 
 
 # Launchers other than local, as lazy references (a cluster engine is imported only when chosen):

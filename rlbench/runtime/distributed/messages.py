@@ -47,12 +47,12 @@ HELLO              role text (actor | learner | launcher), index i64, nonce u8[1
                                                                                   WELCOME when the
                                                                                   node runs without
                                                                                   a secret
-CHALLENGE          nonce u8[16], proof u8[32] = HMAC(secret, "node" + client nonce + nonce)
-AUTH               proof u8[32] = HMAC(secret, "role" + role + index + node nonce + client nonce)
+CHALLENGE          nonce u8[16], proof u8[32] = HMAC(key, "node" + client nonce + nonce)
+AUTH               proof u8[32] = HMAC(key, "role" + role + index + node nonce + client nonce)
                                                                               -> WELCOME or ERROR
 WELCOME            (nothing)
-INSERT             obs, action, reward, next_obs, done (rows), produced i64,
-                   priorities f64[rows] (optional)                          -> INSERTED
+INSERT             obs, action, reward, next_obs, done (rows), produced i64 (= rows: the
+                   node counts what it stores), priorities f64[rows] (optional)  -> INSERTED
 INSERTED           produced i64, params_version i64, learner_updates i64, finished u8: what an
                    actor needs to pace itself and know when newer weights exist
 SAMPLE             batch_size i64, beta f64                                 -> BATCH or END
@@ -80,14 +80,22 @@ ERROR              message text
 =================  ============================================================  ==================
 
 Transition rows: obs and next_obs share a shape (rows, *observation) of a real dtype; action is
-(rows,) integer or (rows, *action) real; reward (rows,) real; done (rows,) real or bool.
+(rows,) integer or (rows, *action) real; reward (rows,) real; done (rows,) real or bool. A run fixes
+the exact layout from its environment's spec (`transition_layout`): actors send it
+(`as_layout`), and the replay node refuses any other (`layout_mismatch`), so the first writer
+cannot impose its own.
 
 Weights: PARAMS and PUBLISH_PARAMS carry the policy's arrays as w0, w1, ... in order
 ([W0, b0, W1, b1, ...], W of shape (in, out)), float32; `weights_arrays` and `read_weights`.
 
+Keys: the launcher draws the run's secret; the replay node holds it, and every other role holds
+only its own key, `role_key(secret, role, index)` = HMAC(secret, "key" + role + index). A role
+proves its key, so it can authenticate as itself and nothing else: an actor cannot open a
+connection as the launcher.
+
 Who may send what (ALLOWED_ROLES): only an authenticated peer sends anything but HELLO/AUTH;
-actors INSERT; the learner SAMPLEs, updates priorities and credit; only the learner and the
-launcher PUBLISH_PARAMS and SHUTDOWN; STATS and FINISH are the launcher's.
+actors INSERT; the learner SAMPLEs, updates priorities and credit; the learner and the launcher
+PUBLISH_PARAMS; STATS, FINISH and SHUTDOWN are the launcher's.
 """
 
 from __future__ import annotations
@@ -154,7 +162,7 @@ ALLOWED_ROLES: dict[Op, frozenset[str]] = {
     Op.STATUS: frozenset(ROLES),
     Op.STATS: frozenset({"launcher"}),
     Op.BYE: frozenset({"actor", "learner"}),
-    Op.SHUTDOWN: frozenset({"learner", "launcher"}),
+    Op.SHUTDOWN: frozenset({"launcher"}),
     Op.FINISH: frozenset({"launcher"}),
 }
 
@@ -548,6 +556,34 @@ def transitions_of(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: arrays[name] for name in TRANSITION_FIELDS}
 
 
+Layout = dict[str, tuple[str, tuple[int, ...]]]  # field -> (dtype name, shape of one row)
+
+
+def transition_layout(spec: Any) -> Layout:
+    """The transitions every INSERT of a run carries, from its environment's spec (an EnvSpec):
+    observations as the environment gives them, integer actions (discrete) or float32 ones of the
+    action's shape, float32 rewards and done flags."""
+    observation = (str(np.dtype(spec.observation_dtype)), tuple(spec.observation_shape))
+    action = ("int64", ()) if spec.action_kind == "discrete" else ("float32", tuple(spec.action_shape))
+    return {"obs": observation, "action": action, "reward": ("float32", ()), "next_obs": observation,
+            "done": ("float32", ())}
+
+
+def as_layout(layout: Layout, transitions: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """An actor's transitions in the run's layout (no copy of a field already in it)."""
+    return {name: np.asarray(transitions[name], dtype=dtype) for name, (dtype, _) in layout.items()}
+
+
+def layout_mismatch(layout: Layout, arrays: Mapping[str, np.ndarray]) -> str:
+    """Why an INSERT's transitions break the run's layout ("" when they keep it)."""
+    for name, (dtype, row) in layout.items():
+        array = arrays[name]
+        if array.dtype != dtype or array.shape[1:] != tuple(row):
+            return (f"{name} is {array.dtype}{list(array.shape[1:])} per row, but this run's transitions carry "
+                    f"{dtype}{list(row)} (its environment's spec)")
+    return ""
+
+
 def state_of(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """A STATE reply as plain numbers (and the reason text)."""
     state: dict[str, Any] = {name: int(arrays[name]) for name in STATE_FIELDS}
@@ -580,17 +616,22 @@ def largest_message(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, inse
 
 
 # ---------------------------------------------------------------------------------- authentication
-def node_proof(secret: bytes, client_nonce: bytes, node_nonce: bytes) -> bytes:
-    """What the node sends in CHALLENGE: it knows the run's secret (so a client never talks to an
-    impostor that took over the address)."""
-    return hmac.digest(secret, b"node" + client_nonce + node_nonce, "sha256")
+def role_key(secret: bytes, role: str, index: int) -> bytes:
+    """The key of one role of a run: what that role holds instead of the run's secret."""
+    return hmac.digest(secret, b"key" + role.encode() + struct.pack("<q", index), "sha256")
 
 
-def role_proof(secret: bytes, role: str, index: int, node_nonce: bytes, client_nonce: bytes) -> bytes:
-    """What a role sends in AUTH: it knows the run's secret, bound to the role it claims and to both
-    nonces (a recorded AUTH is worth nothing on another connection)."""
+def node_proof(key: bytes, client_nonce: bytes, node_nonce: bytes) -> bytes:
+    """What the node sends in CHALLENGE: it knows the run's secret, from which the role's key comes
+    (so a client never talks to an impostor that took over the address)."""
+    return hmac.digest(key, b"node" + client_nonce + node_nonce, "sha256")
+
+
+def role_proof(key: bytes, role: str, index: int, node_nonce: bytes, client_nonce: bytes) -> bytes:
+    """What a role sends in AUTH: it holds the key of the role it claims, bound to both nonces (a
+    recorded AUTH is worth nothing on another connection)."""
     message = b"role" + role.encode() + struct.pack("<q", index) + node_nonce + client_nonce
-    return hmac.digest(secret, message, "sha256")
+    return hmac.digest(key, message, "sha256")
 
 
 def proofs_match(expected: bytes, got: Any) -> bool:

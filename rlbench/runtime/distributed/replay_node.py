@@ -10,10 +10,19 @@ is over: the env-step budget is counted here, from what actors report they produ
 can end it earlier (FINISH), after which the node still takes the roles' last inserts, reports and
 goodbyes until SHUTDOWN.
 
-Nothing a peer sends can stop it: every message is decoded against its op's schema
-(`messages.decode`), every peer proves the run's secret before anything else (when the node has
-one), each op is accepted only from the roles allowed to send it, and any error while handling a
-message becomes an ERROR reply and a counter — the serve loop never sees an exception.
+Nothing a peer sends can stop, stall or poison it, honest or hostile:
+- every message is decoded against its op's schema (`messages.decode`); every peer proves its
+  role's key, derived from the run's secret, before anything else (when the node has one), so it can
+  act only as itself; each op is accepted only from the roles allowed to send it; any error while
+  handling a message becomes an ERROR reply and a counter — the serve loop never sees an exception;
+- nothing a peer sends waits on another: the listener never blocks on a peer that does not read
+  (a slow consumer is dropped, kit.framing.Outbox), a peer has at most MAX_WAITING_SAMPLES SAMPLEs
+  waiting and MAX_HELD_INSERTS INSERT replies held (more is refused, counted), a stranger is dropped
+  (or ignored) after MAX_ERRORS_BEFORE_AUTH refusals, and a peer that left is forgotten with what
+  it had waiting (`_forget_departed`), so the node's work per message stays bounded;
+- the run fixes what is stored and counted: INSERTs carry the run's transition layout
+  (NodeSettings.layout, from its environment's spec, not from whoever writes first) and exactly
+  the transitions they say they produced; the node counts per peer what it stored.
 
 Fast path: for the core memories (their `native_handle()`), rlbench._wire's FastPath serves INSERT,
 SAMPLE and UPDATE_PRIORITIES in one C call per message — decode, the peer's authentication and role,
@@ -48,6 +57,12 @@ from rlbench.runtime.distributed.rate_limiter import RateLimiter
 IDLE_POLL_S = 0.02
 PRE_AUTH_OPS = (Op.HELLO, Op.AUTH)
 FAST_OPS = (Op.INSERT, Op.SAMPLE, Op.UPDATE_PRIORITIES)
+# Per-peer bounds. An honest actor has one INSERT in flight and the learner one SAMPLE; these leave
+# room for retries and pipelining, and bound what one peer can make the node hold.
+MAX_HELD_INSERTS = 4  # INSERT replies the rate limiter holds for one peer
+MAX_WAITING_SAMPLES = 4  # SAMPLEs waiting for the limiter, per peer
+MAX_ERRORS_BEFORE_AUTH = 16  # refusals a peer gets before it authenticates; then it is dropped (or ignored)
+FORGET_EVERY_S = 1.0  # how often the node forgets peers whose connection is gone
 
 
 @dataclass
@@ -57,8 +72,9 @@ class NodeSettings:
     batch_size: int
     seconds: float | None = None
     max_message_bytes: int = 1 << 30
-    secret: bytes | None = field(default=None, repr=False)  # None: no authentication (benchmarks only)
+    secret: bytes | None = field(default=None, repr=False)  # the run's; None: no authentication (benchmarks only)
     fast_path: bool = True  # serve the core memories' hot ops natively when rlbench._wire is built
+    layout: messages.Layout | None = None  # the run's transitions (None: the first INSERT fixes them)
 
 
 @dataclass
@@ -72,6 +88,10 @@ class Peer:
     client_nonce: bytes = b""
     node_nonce: bytes = b""
     last_insert: int = -1  # request id of its last stored INSERT, for idempotent retries
+    stored: int = 0  # transitions stored from it
+    held: int = 0  # its INSERT replies the rate limiter holds
+    waiting: int = 0  # its SAMPLEs waiting for the limiter
+    errors: int = 0  # refusals before it authenticated
 
     @property
     def name(self) -> str:
@@ -107,6 +127,14 @@ class NodeState:
     last_insert_t: float | None = None
 
 
+class Refused(ValueError):
+    """A request the node refuses for a reason it counts under `counter`."""
+
+    def __init__(self, message: str, counter: str) -> None:
+        super().__init__(message)
+        self.counter = counter
+
+
 class ReplayNode:
     def __init__(self, listener: Any, memory: Any, limiter: RateLimiter, settings: NodeSettings, *,
                  prioritized: bool) -> None:
@@ -122,6 +150,7 @@ class ReplayNode:
         self.depths = Recorder()  # queue depths, in items
         self.pending_samples: deque[_Pending] = deque()
         self.pending_inserts: deque[_Pending] = deque()
+        self.stored_by: dict[str, int] = {}  # transitions stored per role, of peers no longer connected
         self.end_pushed = False
         self.shutdown = False
         self.t0 = time.perf_counter()
@@ -137,10 +166,14 @@ class ReplayNode:
         fast = self.fast.handle if self.fast is not None else None
         pending_samples, pending_inserts, state = self.pending_samples, self.pending_inserts, self.state
         in_network = self.settings.placement == "in-network"
+        forget_at = time.monotonic() + FORGET_EVERY_S
+        served = 0
         while not self.shutdown:
             got = recv(timeout=IDLE_POLL_S)
             if got is not None:
                 peer, message = got
+                served += 1
+                reply = None
                 if fast is not None:
                     try:
                         reply = fast(peer, message)
@@ -148,22 +181,27 @@ class ReplayNode:
                         reply = True
                         self._error(peer, _request_id_of(message), f"refused: {type(exc).__name__}: {exc}",
                                     "rejected_requests")
-                    if reply is not None:  # served (deadline checked): bytes to send, or True
-                        if reply is not True:
-                            try:
-                                send(peer, reply)
-                            except Exception as exc:  # a peer that vanished must not stop the node
-                                self.recorder.count(f"send_failed.{type(exc).__name__}")
-                        if pending_samples or pending_inserts or (in_network and state.learner is not None):
-                            self._release_pending()  # what this message may have freed (or the pushes)
+                if reply is not None:  # served (deadline checked): bytes to send, or True
+                    if reply is not True:
+                        try:
+                            send(peer, reply)
+                        except Exception as exc:  # a peer that vanished, or did not read, must not stop the node
+                            self._send_failed(peer, exc)
+                    if pending_samples or pending_inserts or (in_network and state.learner is not None):
+                        self._release_pending()  # what this message may have freed (or the pushes)
+                    if served & 1023:  # (and now and then, the chores below)
                         continue
-                self._message_t0 = t0 = clock()
-                self._sent_ns = 0
-                op = self._handle(peer, message)
-                if op is not None and op != Op.SAMPLE:  # a SAMPLE's is recorded when it is served
-                    self.recorder.histogram(f"serve.{op.name}").record(clock() - t0 - self._sent_ns)
+                else:
+                    self._message_t0 = t0 = clock()
+                    self._sent_ns = 0
+                    op = self._handle(peer, message)
+                    if op is not None and op != Op.SAMPLE:  # a SAMPLE's is recorded when it is served
+                        self.recorder.histogram(f"serve.{op.name}").record(clock() - t0 - self._sent_ns)
             self._check_deadline()
             self._release_pending()
+            if time.monotonic() >= forget_at:
+                self._forget_departed()
+                forget_at = time.monotonic() + FORGET_EVERY_S
         return self.report()
 
     def _pushing(self) -> bool:
@@ -190,7 +228,7 @@ class ReplayNode:
                         deadline=self.t0 + seconds if seconds is not None else math.inf, capacity=self.capacity,
                         max_message_bytes=self.settings.max_message_bytes, max_credit=messages.MAX_CREDIT,
                         prioritized=self.prioritized, check_deadline=self._check_deadline,
-                        hold_insert=self._hold_insert, drain=self._drain_fast_timings)
+                        hold_insert=self._hold_insert, drain=self._drain_fast_timings, max_held=MAX_HELD_INSERTS)
         return fast, ""
 
     def _drain_fast_timings(self) -> None:
@@ -217,29 +255,82 @@ class ReplayNode:
         started = time.perf_counter_ns()
         try:
             self.listener.send(peer, *parts)
-        except Exception as exc:  # a peer that vanished must not stop the node
-            self.recorder.count(f"send_failed.{type(exc).__name__}")
+        except Exception as exc:  # a peer that vanished, or did not read, must not stop the node
+            self._send_failed(peer, exc)
         self._sent_ns += time.perf_counter_ns() - started
+
+    def _send_failed(self, peer: int, exc: Exception) -> None:
+        self.recorder.count(f"send_failed.{type(exc).__name__}")
+        if isinstance(exc, ConnectionError):  # gone, or dropped as a slow consumer: forget what it had waiting
+            self._forget(peer)
 
     def _error(self, peer: int, request_id: int, message: str, counter: str) -> None:
         self.recorder.count(counter)
         self._reply(peer, Op.ERROR, {"message": messages.text(message[:4000])}, request_id)
 
+    def _refuse(self, peer_id: int, peer: Peer, request_id: int, message: str, counter: str) -> None:
+        """An ERROR reply, unless a peer that has not authenticated has had its share of them: then it
+        is dropped (where the listener can) and nothing more of it is answered."""
+        if not peer.authenticated:
+            peer.errors += 1
+            if peer.errors > MAX_ERRORS_BEFORE_AUTH:
+                self.recorder.count(counter)
+                self.recorder.count("ignored_before_auth")
+                if not peer.refused:
+                    peer.refused = True
+                    self._drop(peer_id, "dropped_before_auth")
+                return
+        self._error(peer_id, request_id, message, counter)
+
+    def _drop(self, peer_id: int, counter: str) -> None:
+        """Close a peer's connection where the listener can (the node forgets it either way)."""
+        self.recorder.count(counter)
+        drop = getattr(self.listener, "drop", None)
+        if drop is not None:
+            drop(peer_id)
+        self._forget(peer_id, keep=True)
+
+    def _forget(self, peer_id: int, *, keep: bool = False) -> None:
+        """A peer gone (or dropped): its waiting SAMPLEs and held INSERT replies go too; `keep` keeps
+        its entry (a refused peer stays refused while its messages still come)."""
+        peer = self.peers.get(peer_id) if keep else self.peers.pop(peer_id, None)
+        if peer is None:
+            return
+        if not keep and peer.stored:
+            self.stored_by[peer.name] = self.stored_by.get(peer.name, 0) + peer.stored
+        if peer.waiting or peer.held:
+            for queue in (self.pending_samples, self.pending_inserts):
+                kept = [pending for pending in queue if pending.peer != peer_id]
+                self.recorder.count("forgotten_requests", len(queue) - len(kept))
+                queue.clear()  # the fast path holds pending_samples: changed in place, never replaced
+                queue.extend(kept)
+            peer.waiting = peer.held = 0
+        if self.state.learner == peer_id:
+            self.state.learner = None
+
+    def _forget_departed(self) -> None:
+        """Forget peers whose connection is gone, so the peer table and what waits stay bounded."""
+        live = set(self.listener.peers)
+        for peer_id in [peer_id for peer_id in self.peers if peer_id not in live]:
+            self.recorder.count("departed")
+            self._forget(peer_id)
+
     def _handle(self, peer_id: int, message: memoryview) -> Op | None:
         """Decode, authorise and handle one message; anything wrong becomes an ERROR reply."""
-        try:
-            op, request_id, arrays = messages.decode(message, max_bytes=self.settings.max_message_bytes)
-        except WireError as exc:
-            self._error(peer_id, exc.request_id, f"malformed message: {exc}", "malformed")
-            return None
         peer = self.peers.get(peer_id)
         if peer is None:
             peer = self.peers[peer_id] = Peer()
-        if peer.refused:
-            self._error(peer_id, request_id, "refused: this connection failed to authenticate", "refused_peer_messages")
-            return op
+        if peer.refused:  # its refusal was said once; what it sends after is only counted
+            self.recorder.count("refused_peer_messages")
+            return None
+        try:
+            op, request_id, arrays = messages.decode(message, max_bytes=self.settings.max_message_bytes)
+        except WireError as exc:
+            self._refuse(peer_id, peer, exc.request_id, f"malformed message: {exc}", "malformed")
+            return None
         if not peer.authenticated and op not in PRE_AUTH_OPS:
-            self._error(peer_id, request_id, f"{op.name} before authentication (send HELLO first)", "unauthenticated")
+            self._refuse(peer_id, peer, request_id, f"{op.name} before authentication (send HELLO first)",
+                         "unauthenticated")
             return op
         if peer.authenticated and op in PRE_AUTH_OPS:
             self._error(peer_id, request_id, f"{op.name}: this connection is already authenticated as "
@@ -252,8 +343,11 @@ class ReplayNode:
             return op
         try:
             self._handlers[op](self, peer_id, peer, request_id, arrays)
+        except Refused as refusal:
+            self._refuse(peer_id, peer, request_id, f"{op.name} refused: {refusal}", refusal.counter)
         except Exception as exc:  # the memory's own refusals (ReplayError) and anything else
-            self._error(peer_id, request_id, f"{op.name} refused: {type(exc).__name__}: {exc}", "rejected_requests")
+            self._refuse(peer_id, peer, request_id, f"{op.name} refused: {type(exc).__name__}: {exc}",
+                         "rejected_requests")
         return op
 
     # ----------------------------------------------------------------------------- handshake
@@ -267,7 +361,8 @@ class ReplayNode:
             self._welcome(peer_id, peer, request_id)
             return
         peer.client_nonce, peer.node_nonce = bytes(arrays["nonce"]), os.urandom(messages.NONCE_BYTES)
-        proof = messages.node_proof(secret, peer.client_nonce, peer.node_nonce)
+        key = messages.role_key(secret, role, peer.index)
+        proof = messages.node_proof(key, peer.client_nonce, peer.node_nonce)
         self._reply(peer_id, Op.CHALLENGE, {"nonce": np.frombuffer(peer.node_nonce, np.uint8),
                                             "proof": np.frombuffer(proof, np.uint8)}, request_id)
 
@@ -275,14 +370,14 @@ class ReplayNode:
         secret = self.settings.secret
         if secret is None or not peer.node_nonce:
             raise ValueError("AUTH without a CHALLENGE (send HELLO first)")
-        expected = messages.role_proof(secret, peer.role, peer.index, peer.node_nonce, peer.client_nonce)
+        key = messages.role_key(secret, peer.role, peer.index)
+        expected = messages.role_proof(key, peer.role, peer.index, peer.node_nonce, peer.client_nonce)
         peer.node_nonce = b""  # one try per challenge
         if not messages.proofs_match(expected, arrays["proof"]):
+            self._error(peer_id, request_id, f"authentication failed: wrong proof of the key of {peer.name}",
+                        "auth_failed")
             peer.refused = True
-            self._error(peer_id, request_id, "authentication failed: wrong proof of the run's secret", "auth_failed")
-            drop = getattr(self.listener, "drop", None)
-            if drop is not None:
-                drop(peer_id)
+            self._drop(peer_id, "dropped_after_auth_failed")
             return
         self._welcome(peer_id, peer, request_id)
 
@@ -300,17 +395,27 @@ class ReplayNode:
             self.recorder.count("duplicate_inserts")
             self._reply(peer_id, Op.INSERTED, self._inserted(), request_id)
             return
-        produced = int(arrays["produced"])
         n = len(arrays["obs"])
+        if int(arrays["produced"]) != n:
+            raise Refused(f"produced = {int(arrays['produced'])}, but the message carries {n} transitions (the node "
+                          "counts what it stores)", "refused.produced")
+        if peer.held >= MAX_HELD_INSERTS:
+            raise Refused(f"{peer.held} replies to this actor's INSERTs are held by the rate limiter already (at most "
+                          f"{MAX_HELD_INSERTS}): wait for a reply before sending more", "refused.held_replies")
+        if not state.stored and self.settings.layout is not None:  # (after that, the memory keeps the layout)
+            mismatch = messages.layout_mismatch(self.settings.layout, arrays)
+            if mismatch:
+                raise Refused(mismatch, "refused.layout")
         started = time.perf_counter_ns()
         self.memory.add(messages.transitions_of(arrays), arrays.get("priorities"))
         self.recorder.histogram("memory.INSERT").record(time.perf_counter_ns() - started)
         peer.last_insert = request_id
+        peer.stored += n
         now = time.perf_counter()
         if state.first_insert_t is None:
-            state.first_insert_t, state.first_insert_n = now, produced
+            state.first_insert_t, state.first_insert_n = now, n
         state.last_insert_t = now
-        state.produced += produced
+        state.produced += n
         state.stored += n
         self.limiter.inserted(n)
         self._check_deadline()
@@ -320,6 +425,7 @@ class ReplayNode:
             self._hold_insert(peer_id, request_id)
 
     def _hold_insert(self, peer_id: int, request_id: int) -> None:
+        self.peers[peer_id].held += 1
         self.pending_inserts.append(_Pending(peer_id, request_id))
         self.depths.histogram("pending_inserts").record(len(self.pending_inserts))
 
@@ -333,7 +439,11 @@ class ReplayNode:
         if self.capacity is not None and pending.batch_size > self.capacity:
             raise ValueError(f"batch_size {pending.batch_size} exceeds the memory's capacity {self.capacity}: "
                              "it could never be served")
+        if peer.waiting >= MAX_WAITING_SAMPLES:
+            raise Refused(f"{peer.waiting} SAMPLEs of this learner wait for the rate limiter already (at most "
+                          f"{MAX_WAITING_SAMPLES})", "refused.waiting_samples")
         pending.handled_ns = time.perf_counter_ns() - self._message_t0 - self._sent_ns
+        peer.waiting += 1
         self.pending_samples.append(pending)
         self.depths.histogram("pending_samples").record(len(self.pending_samples))
 
@@ -421,20 +531,32 @@ class ReplayNode:
         return messages.encode(Op.BATCH, {**batch, "step": np.int64(self.state.produced)}, request_id)
 
     def _release_pending(self) -> None:
+        """Serve what waits and can go now. Each peer has a bounded share of what waits (at most
+        MAX_WAITING_SAMPLES and MAX_HELD_INSERTS), so this costs a bounded amount per message."""
         size = len(self.memory)
         pending_samples = self.pending_samples  # the fast path holds this deque: kept, never replaced
+        peers = self.peers
         for _ in range(len(pending_samples)):  # each on its own: one that cannot be served blocks no other
+            if not pending_samples:  # a failed send made the node forget a peer, and what it had waiting
+                break
             pending = pending_samples.popleft()
-            if self.state.done:
-                self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
-            elif self.limiter.can_sample(pending.batch_size, size):
-                self._serve_sample(pending)
+            if self.state.done or self.limiter.can_sample(pending.batch_size, size):
+                peer = peers.get(pending.peer)
+                if peer is not None:
+                    peer.waiting -= 1
+                if self.state.done:
+                    self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
+                else:
+                    self._serve_sample(pending)
             else:
                 pending_samples.append(pending)
         if self._pushing():
             self._push(size)
         while self.pending_inserts and (self.state.done or self.limiter.can_insert(0)):
             first = self.pending_inserts.popleft()
+            peer = peers.get(first.peer)
+            if peer is not None:
+                peer.held -= 1
             self._reply(first.peer, Op.INSERTED, self._inserted(), first.request_id)
 
     def _serve_sample(self, pending: _Pending) -> None:
@@ -456,7 +578,7 @@ class ReplayNode:
                 self._reply(learner, Op.END, {"finished": np.uint8(1)})
                 self.end_pushed = True
             return
-        while self.state.credit > 0 and self.limiter.can_sample(self.settings.batch_size, size):
+        while self.state.credit > 0 and self.state.learner is not None and self.limiter.can_sample(self.settings.batch_size, size):
             t0 = time.perf_counter_ns()
             try:
                 batch = self._batch(self.settings.batch_size, self.state.beta)
@@ -468,6 +590,14 @@ class ReplayNode:
             self.state.credit -= 1
 
     # ---------------------------------------------------------------------------------- report
+    def _stored_by(self) -> dict[str, int]:
+        """Transitions the node stored, per role (its own count, not what roles report)."""
+        counts = dict(self.stored_by)
+        for peer in self.peers.values():
+            if peer.stored:
+                counts[peer.name] = counts.get(peer.name, 0) + peer.stored
+        return counts
+
     def time_split(self, wall: float) -> dict[str, float]:
         """The node's time: the memory's operations (replay), its own handling of messages around them
         (decoding, checks, replies: bookkeeping), and waiting for messages (idle)."""
@@ -505,6 +635,9 @@ class ReplayNode:
             "memory": self.memory.stats(),
             "time_split": self.time_split(wall),
             "size": len(self.memory),
+            "stored_by": self._stored_by(),
+            "limits": {"max_held_inserts": MAX_HELD_INSERTS, "max_waiting_samples": MAX_WAITING_SAMPLES,
+                       "max_errors_before_auth": MAX_ERRORS_BEFORE_AUTH},
             "fast_path": {"on": True, "served": self.fast.handled} if self.fast is not None
             else {"on": False, "why": self.fast_path_note},
             "reports": s.reports,

@@ -19,6 +19,7 @@ from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.metrics import Recorder, time_split
 from rlbench.plugins import get_registry
+from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel, RemoteError
 from rlbench.runtime.distributed.messages import WireError
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
@@ -46,7 +47,10 @@ class RoleSpec:
     index: int = 0
     total_steps: int = 0
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    secret: bytes | None = field(default=None, repr=False)  # the run's; travels with the spec, never on a command line
+    # The replay node's: the run's secret; every other role's: its own key (messages.role_key), so it
+    # can act as itself only. Travels with the spec, never on a command line.
+    secret: bytes | None = field(default=None, repr=False)
+    layout: dict[str, Any] | None = None  # the run's transitions (messages.transition_layout), for the node
 
     @property
     def run_config(self) -> RunConfig:
@@ -108,7 +112,7 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     limiter = rate_limiter_for(hp, config.actors)
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
                             seconds=config.seconds, max_message_bytes=capabilities.max_message_bytes,
-                            secret=spec.secret)
+                            secret=spec.secret, layout=spec.layout)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     try:
         return node.serve()
@@ -135,7 +139,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
 
     n = env.spec.num_envs
     rows = max(1, ACTOR_INSERT_TRANSITIONS // n)
-    chunk: dict[str, list] = {name: [] for name in ("obs", "action", "reward", "next_obs", "done")}
+    layout = messages.transition_layout(env.spec)
+    chunk: dict[str, list] = {name: [] for name in layout}
     produced = stored_sent = 0
     dropped: dict[str, int] = {}
     episode_return = np.zeros(n)
@@ -176,7 +181,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
                 if in_flight is not None:  # the previous INSERT's reply: one stays in flight while we step
                     client.add_finish(in_flight)
                     stored_sent += in_flight_rows
-                in_flight, in_flight_rows = _flush(client, chunk, produced - stored_sent, priorities_of)
+                in_flight, in_flight_rows = _flush(client, chunk, layout, priorities_of)
                 staleness.histogram("weights_staleness").record(feedback["learner_updates"] - version)
                 if feedback["params_version"] > version:
                     version = _fetch_weights(client, actor, version, wait=False)
@@ -184,7 +189,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             client.add_finish(in_flight)
             stored_sent += in_flight_rows
         if chunk["obs"]:  # the run is over, but what was produced is still stored
-            pending, rows_sent = _flush(client, chunk, produced - stored_sent, priorities_of)
+            pending, rows_sent = _flush(client, chunk, layout, priorities_of)
             client.add_finish(pending)
             stored_sent += rows_sent
     except NODE_LOST as exc:  # the run goes on without us: report what we produced and what was acknowledged
@@ -215,14 +220,16 @@ def _leave(client: ReplayClient, report: dict[str, Any], lost: str) -> None:
         client.channel.close()
 
 
-def _flush(client: ReplayClient, chunk: dict[str, list], produced: int, priorities_of=None):
-    """Send the chunk as one INSERT; returns (the pending request, how many transitions it holds)."""
-    transitions = {name: np.concatenate(values) if np.ndim(values[0]) else np.asarray(values)
-                   for name, values in chunk.items()}
-    pending = client.add_begin(transitions, priorities_of(transitions) if priorities_of else None, produced=produced)
+def _flush(client: ReplayClient, chunk: dict[str, list], layout: messages.Layout, priorities_of=None):
+    """Send the chunk as one INSERT in the run's layout; returns (the pending request, how many
+    transitions it holds)."""
+    transitions = messages.as_layout(layout, {name: np.concatenate(values) if np.ndim(values[0]) else values
+                                              for name, values in chunk.items()})
+    rows = len(transitions["obs"])
+    pending = client.add_begin(transitions, priorities_of(transitions) if priorities_of else None, produced=rows)
     for values in chunk.values():
         values.clear()
-    return pending, len(transitions["obs"])
+    return pending, rows
 
 
 def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool) -> int:
