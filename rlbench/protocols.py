@@ -168,11 +168,19 @@ class Listener(Protocol):
       the limit, garbles its framing, or stalls mid-message is dropped (or its message refused) and
       counted; every other peer goes on being served. Nothing a peer sends makes `recv` raise or
       wait on that peer.
+    - `send(peer, ...)` never waits on that peer: what its medium cannot take now waits in the
+      peer's queue (`rlbench.kit.framing.Outbox`) and goes out as the peer reads, during the
+      listener's later `recv` and `send` calls. The queue is bounded by the factory option
+      `max_queued_bytes` (default `MAX_QUEUED_BYTES`; a message into an empty queue is always taken):
+      a peer whose queue would pass it is dropped, counted in `slow_consumers`, and that send raises
+      `SlowConsumerError`. `recv` takes the peers' messages in turn: one peer's flood delays another
+      peer's message by about one message, not by the flood.
     - `recv` and `send` on a closed listener raise ConnectionError; `close()` is harmless twice.
     - `stats` has at least messages_sent, messages_received, bytes_sent, bytes_received, lost, and
-      the peer faults `refused_oversize`, `malformed`, `dropped_peers` (`rlbench.kit.framing.PEER_FAULTS`).
-    - Optional: `drop(peer)` closes one peer's connection (the replay node drops a peer that failed
-      authentication, where the listener can).
+      the peer faults `refused_oversize`, `malformed`, `slow_consumers`, `dropped_peers`
+      (`rlbench.kit.framing.PEER_FAULTS`).
+    - `drop(peer)` closes one peer's connection (the replay node drops a peer that failed
+      authentication, or that keeps sending before it authenticates).
     """
 
     address: str
