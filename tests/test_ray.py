@@ -205,6 +205,10 @@ def _replay_address(ray, deadline: float) -> str:
     raise AssertionError("the replay node never listened")
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="issue #21 item 8: the kit now checks a connection's own receive limit, and RayConnection "
+                          "(rlbench/builtin/transports/ray_actors.py, not ours to edit here) delivers a message over "
+                          "its max_message_bytes instead of refusing it and closing; drop this mark once it refuses")
 def test_the_ray_transport_passes_the_conformance_kit(cluster):
     from rlbench.builtin.transports.ray_actors import RayTransport
     from rlbench.testing import check_transport

@@ -19,7 +19,9 @@ It raises AssertionError naming the first thing wrong, in this order:
 - every valid action is accepted (each discrete id; continuous actions anywhere within the bounds,
   the bounds included) and bad ones are refused with an RlbenchError or ValueError: a wrong number of
   rows, a wrong trailing shape, an id outside 0..n_actions-1, a value outside the bounds, NaN. A
-  refused step changes nothing (the run goes on as if it had not been tried);
+  refused step changes nothing: its other rows hold valid actions that would move their copies
+  (not 0, which may leave a copy as it is), and after the refusals the whole rest of the run must
+  be the same as without them (a step counter or a random draw shows up later, not at once);
 - arrays handed out are not changed by later calls (the runtime keeps the last observations while
   it steps again);
 - same-step auto-reset: where no episode ended, final_observations == observations; no episode lasts
@@ -246,32 +248,43 @@ def _valid_actions(spec: EnvSpec, rng: np.random.Generator, n: int, include_boun
     return np.where(single < low, np.nextafter(single, np.float32(np.inf)), single).astype(np.float32)
 
 
-def _bad_actions(spec: EnvSpec, n: int) -> list[tuple[str, np.ndarray]]:
-    """(what is wrong, actions); a bad value sits in the last row only, the other rows are valid."""
+def _moving_actions(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Valid actions that would move the copies: discrete ids from 1 on, each id in turn (0 is often
+    "do nothing"), or random values within the bounds."""
+    if spec.action_kind == "discrete":
+        return (np.arange(n, dtype=np.int64) + 1) % spec.n_actions
+    return _valid_actions(spec, rng, n)
+
+
+def _bad_actions(spec: EnvSpec, valid: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """(what is wrong, actions); a bad value sits in the last row only, the other rows hold `valid`
+    actions (one row per copy) that would move their copies."""
+    n = len(valid)
+    extra = np.concatenate([valid, valid[:1]])
     if spec.action_kind == "discrete":
         def with_last(value: int) -> np.ndarray:
-            actions = np.zeros(n, np.int64)
+            actions = valid.copy()
             actions[-1] = value
             return actions
 
-        return [(f"{n + 1} rows of actions for {n} copies", np.zeros(n + 1, np.int64)),
-                (f"{n - 1} rows of actions for {n} copies", np.zeros(n - 1, np.int64)),
-                ("actions of shape (num_envs, 2)", np.zeros((n, 2), np.int64)),
+        return [(f"{n + 1} rows of actions for {n} copies", extra),
+                (f"{n - 1} rows of actions for {n} copies", valid[:-1].copy()),
+                ("actions of shape (num_envs, 2)", np.repeat(valid[:, None], 2, axis=1)),
                 (f"action id {spec.n_actions} (out of range 0..{spec.n_actions - 1})", with_last(spec.n_actions)),
                 ("action id -1 (out of range)", with_last(-1))]
     low, high = _bounds(spec)
-    inside = np.clip(np.zeros(spec.action_shape), low, high)
-    size = inside.size
+    size = int(np.prod(spec.action_shape, dtype=np.int64))
 
     def with_last_value(value: float, where: np.ndarray) -> np.ndarray:
-        actions = np.repeat(inside[None], n, axis=0)
+        actions = valid.copy()
         last = actions[-1].reshape(-1)
         last[np.flatnonzero(where.reshape(-1))[:1]] = value
-        return actions.astype(np.float32)
+        return actions
 
-    cases = [(f"{n + 1} rows of actions for {n} copies", np.repeat(inside[None], n + 1, axis=0).astype(np.float32)),
-             (f"{n - 1} rows of actions for {n} copies", np.repeat(inside[None], n - 1, axis=0).astype(np.float32)),
-             (f"actions of shape (num_envs, {size + 1})", np.zeros((n, size + 1), np.float32)),
+    cases = [(f"{n + 1} rows of actions for {n} copies", extra),
+             (f"{n - 1} rows of actions for {n} copies", valid[:-1].copy()),
+             (f"actions of shape (num_envs, {size + 1})",
+              np.concatenate([valid.reshape(n, -1), valid.reshape(n, -1)[:, :1]], axis=1)),
              ("a NaN action", with_last_value(np.nan, np.ones(low.shape, bool)))]
     if np.isfinite(high).any():
         value = float(high[np.isfinite(high)].flat[0])
@@ -287,7 +300,8 @@ def _bad_actions(spec: EnvSpec, n: int) -> list[tuple[str, np.ndarray]]:
 def _check_bad_actions(env: Any, spec: EnvSpec, seed: int, actions: list[np.ndarray], run: _Run) -> None:
     env.reset(seed=seed)
     env.step(actions[0])
-    for what, bad in _bad_actions(spec, spec.num_envs):
+    moving = _moving_actions(spec, np.random.default_rng(seed + 1), spec.num_envs)
+    for what, bad in _bad_actions(spec, moving):
         try:
             env.step(bad)
         except _REFUSALS as exc:
@@ -297,11 +311,12 @@ def _check_bad_actions(env: Any, spec: EnvSpec, seed: int, actions: list[np.ndar
                                  "or ValueError") from None
         else:
             raise AssertionError(f"{spec.id}: step() accepted {what}; refuse it with an RlbenchError or ValueError")
-    after = _check_step(spec, spec.num_envs, env.step(actions[1]), "the step after refused ones")
-    difference = _step_difference(after, run.steps[1])
-    assert difference is None, (
-        f"{spec.id}: a refused step changed the environment: the next step's {difference} differ from the same run "
-        "without it (check the actions before stepping any copy)")
+    for k in range(1, len(actions)):  # the whole rest of the run: a changed counter or draw shows up later
+        after = _check_step(spec, spec.num_envs, env.step(actions[k]), f"step {k}, after refused ones")
+        difference = _step_difference(after, run.steps[k])
+        assert difference is None, (
+            f"{spec.id}: a refused step changed the environment: step {k}'s {difference} differ from the same run "
+            "without it (check every row's action before stepping any copy)")
 
 
 # -- outputs -------------------------------------------------------------------------------------------

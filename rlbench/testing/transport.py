@@ -8,10 +8,17 @@ Besides moving messages, it checks the rules every transport keeps:
 - `recv` and `send` on a closed listener raise a ConnectionError;
 - a message over the sending side's limit raises MessageTooLargeError (a ValueError and RlbenchError),
   on a listener and on a connection, and the link still works after;
-- where the factory takes `max_message_bytes=` (a limit below the capability, kept as the transport's
-  `max_message_bytes`), a listener refuses a longer message from a peer whose own limit is higher:
-  nothing over the limit is delivered, stats["refused_oversize"] counts it, a reliable transport
-  drops that peer, and the other peers are still served.
+- given a factory: it refuses an unknown keyword option (a `**options` catch-all would swallow a
+  misspelt run option), and it takes `max_message_bytes=` (a limit below the capability, kept as
+  the transport's `max_message_bytes`) and honours it both ways: its listener and its connections
+  refuse to send more and carry exactly the limit, its listener refuses a longer message from a
+  peer whose own limit is higher (nothing over the limit is delivered, stats["refused_oversize"]
+  counts it, a reliable transport drops that peer, the other peers are still served), and, where
+  ends are in different processes, its connection never delivers a message over its limit either;
+- it listens where a run's server role would under `--bind HOST` or a cluster launcher (Ray): at
+  what `rlbench.runtime.distributed.launcher.listen_address` gives for 127.0.0.1 (its own
+  `listen_address(host)`, else NAME://127.0.0.1:0 for a transport that crosses hosts), and a peer
+  reaches that listener at the address it then reports.
 
 The peers obey a tiny command set carried in the first byte of each message the listener sends:
   E echo the message back          U upload messages of the given seeds and sizes, then Z
@@ -24,7 +31,6 @@ Payloads are derived from a seed (`_payload`), so both sides verify bytes withou
 
 from __future__ import annotations
 
-import inspect
 import json
 import multiprocessing
 import pickle
@@ -36,6 +42,8 @@ from typing import Any
 import numpy as np
 
 from rlbench.errors import RlbenchError
+from rlbench.kit.framing import AddressError
+from rlbench.testing.environment import UNKNOWN_OPTION
 
 _U32 = struct.Struct("<I")
 _MiB = 1 << 20
@@ -47,6 +55,7 @@ DEFAULT_SIZES = (0, 1, 2, 7, 8, 9, 63, 64, 65, 1471, 1472, 1473, 4095, 4096, 409
 _PEERS = 3
 _REQUESTS = 20
 _OWNERSHIP_SIZES = (1, 100, 5000, 70_000)
+BIND_HOST = "127.0.0.1"  # the host the kit hands listen_address, as `--bind 127.0.0.1` would
 
 
 def _payload(seed: int, size: int) -> bytes:
@@ -235,9 +244,15 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
                     sizes: tuple[int, ...] | None = None, timeout: float = 10.0) -> None:
     """Raise AssertionError naming the first defect found; return quietly when the transport conforms.
 
-    `transport_or_factory`: a Transport, or a callable returning one. For the spawned peer it is
-    pickled (a class, a functools.partial or a plain module-level object all work).
+    `transport_or_factory`: a Transport, a callable returning one, or the name of a registered
+    transport (its factory then comes from the registry). For the spawned peer it is pickled (a
+    class, a functools.partial or a plain module-level object all work). The checks of the factory
+    itself (options, a lowered limit) need a factory. The name a run hands the transport
+    (NAME://HOST:0) is the one it is registered under, else the scheme of its listener's address.
     """
+    name = None
+    if isinstance(transport_or_factory, str):
+        name, transport_or_factory = _registered_factory(transport_or_factory)
     transport = _resolve(transport_or_factory)
     capabilities = transport.capabilities
     assert hasattr(capabilities, "max_message_bytes"), "transport.capabilities must be a TransportCapabilities"
@@ -314,9 +329,12 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
             assert not thread.is_alive(), "a peer thread did not finish after being told to quit"
         for report in peer_reports + thread_results:
             assert not report["errors"], "; ".join(report["errors"])
+        name = name or _registered_name(transport_or_factory) or listener.address.partition("://")[0]
         _check_close(transport, listener, timeout, capabilities.reliable)
-        if not isinstance(transport_or_factory, type(transport)):  # a factory, not an instance
-            _check_receive_limit(transport_or_factory, timeout)
+        _check_listen_address(transport, name, timeout)
+        if transport is not transport_or_factory:  # a factory, not an instance
+            _check_unknown_option(transport_or_factory, name)
+            _check_lowered_limit(transport_or_factory, timeout)
     finally:
         listener.close()
         if process is not None and process.is_alive():
@@ -462,25 +480,105 @@ def _check_oversize(side: _Listener, peer: int, limit: int) -> None:
     assert message == b"Eafter-oversize" and got_peer == peer, "the link broke after refusing an oversize message"
 
 
-def _takes_limit(factory: Any) -> bool:
+def _registered_factory(name: str) -> tuple[str, Any]:
+    """(registered name, factory) of a registered transport."""
+    import rlbench
+
+    component = rlbench.get_registry().get("transport", name)
+    probe = component.probe()
+    assert probe.available, f"transport {component.name} is unavailable here: {probe.reason}"
+    return component.name, component.load()
+
+
+def _registered_name(transport_or_factory: Any) -> str | None:
+    """The name the transport is registered under, found without loading any other factory."""
+    import rlbench
+
+    factory = isinstance(transport_or_factory, type) or not hasattr(transport_or_factory, "listen")  # as _resolve
+    target = transport_or_factory if factory else type(transport_or_factory)
+    target = getattr(target, "func", target)  # a functools.partial registers its function
+    reference = f"{getattr(target, '__module__', '')}:{getattr(target, '__qualname__', '')}"
+    for component in rlbench.get_registry().components("transport"):
+        if component.factory is target or component.factory == reference:
+            return component.name
+    return None
+
+
+def _check_listen_address(transport: Any, name: str, timeout: float) -> None:
+    """Listen where a run's server role listens under `--bind 127.0.0.1` or a cluster launcher (the
+    launcher's own rule, `listen_address`), and reach that listener at the address it reports."""
+    from rlbench.runtime.distributed.launcher import listen_address
+
+    given = f"what --bind {BIND_HOST} and --launcher ray hand it"
     try:
-        return "max_message_bytes" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
+        address = listen_address(transport, name, BIND_HOST)
+    except AddressError:
+        return  # as configured it cannot be reached from another host, and says so: runs refuse it up front
+    except Exception as exc:
+        raise AssertionError(f"{name}: listen_address({BIND_HOST!r}) raised {type(exc).__name__} ({exc}); it returns "
+                             "an address, None (its default listener) or raises AddressError") from None
+    if address is None:
+        return  # its default listener, checked above
+    try:
+        listener = transport.listen(address)
+    except Exception as exc:
+        raise AssertionError(f"{name}: listen({address!r}) ({given}) raised {type(exc).__name__} ({exc}); a "
+                             "transport that crosses hosts takes NAME://HOST:0 (any free port), or defines "
+                             "listen_address(host)") from None
+    try:
+        assert isinstance(listener.address, str) and listener.address, \
+            f"{name}: listening at {address} ({given}), listener.address is {listener.address!r}"
+        try:
+            connection = transport.connect(listener.address, timeout=timeout)
+        except Exception as exc:
+            raise AssertionError(f"{name}: listening at {address} ({given}), its address {listener.address} cannot "
+                                 f"be reached: {type(exc).__name__} ({exc}); report the address peers connect to "
+                                 "(the port actually bound)") from None
+        try:
+            still_serves(listener, connection, payload=b"bound", timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: listening at {address} ({given}): {exc}") from None
+        finally:
+            connection.close()
+    finally:
+        listener.close()
 
 
-def _check_receive_limit(factory: Any, timeout: float) -> None:
-    """A listener made with a limit below the capability refuses a longer message from a peer whose
-    own limit is higher, counts it, drops that peer where the transport is reliable, and goes on
-    serving the others (skipped when the factory takes no `max_message_bytes`)."""
-    if not _takes_limit(factory):
+def _check_unknown_option(factory: Any, name: str) -> None:
+    try:
+        transport = factory(**{UNKNOWN_OPTION: 1})
+    except (TypeError, RlbenchError, ValueError) as exc:
+        assert UNKNOWN_OPTION in str(exc), f"{name}: an unknown option was refused, but the error does not name it: {exc}"
         return
+    raise AssertionError(f"{name}: the factory accepted an unknown option ({UNKNOWN_OPTION}=1) and ignored it "
+                         f"(made {type(transport).__name__}); refuse unknown keywords (no **options catch-all), or a "
+                         "run option whose parameter the factory does not take vanishes silently")
+
+
+def _check_lowered_limit(factory: Any, timeout: float) -> None:
+    """A transport made with a limit below the capability honours it both ways (a run that lowers it
+    builds every role's transport so, and checks its largest message against it before it starts)."""
     default = _resolve(factory)
     capabilities = default.capabilities
     limit = min(300_000, _limit_of(default) // 2)
-    limited = factory(max_message_bytes=limit)
+    try:
+        limited = factory(max_message_bytes=limit)
+    except TypeError as exc:
+        raise AssertionError(f"factory(max_message_bytes={limit}) raised TypeError ({exc}): every transport factory "
+                             "takes max_message_bytes= (at most the capability)") from None
     assert limited.capabilities == capabilities, "max_message_bytes= changed the capabilities; they stay the maximum"
     assert _limit_of(limited) == limit, f"factory(max_message_bytes={limit}).max_message_bytes is {_limit_of(limited)}"
+    _check_receive_limit(default, limited, limit, timeout)
+    _check_connection_limit(limited, limit, timeout)
+    if capabilities.crosses_processes:  # in one process the sender's check against the receiver's limit does it
+        _check_connection_receive_limit(default, limited, limit, timeout)
+
+
+def _check_receive_limit(default: Any, limited: Any, limit: int, timeout: float) -> None:
+    """A listener made with a limit below the capability refuses a longer message from a peer whose
+    own limit is higher, counts it, drops that peer where the transport is reliable, and goes on
+    serving the others."""
+    capabilities = default.capabilities
     listener = limited.listen(None)
     outcome: dict[str, str] = {}
     thread = None
@@ -544,6 +642,92 @@ def _check_receive_limit(factory: Any, timeout: float) -> None:
             thread.join(timeout)
         for connection in connections:
             connection.close()
+
+
+def _check_connection_limit(limited: Any, limit: int, timeout: float) -> None:
+    """Between a listener and a connection both made with the lowered limit (as every role of a run
+    that lowers it), each refuses to send more and carries exactly the limit."""
+    listener = limited.listen(None)
+    connection = None
+    try:
+        connection = limited.connect(listener.address, timeout=timeout)
+        problem = _refusal(connection.send, limit, [np.zeros(limit + 1, dtype=np.uint8)])
+        assert not problem, f"a connection made with max_message_bytes={limit}: {problem}"
+        connection.send(b"H")  # the listener learns the peer
+        hello = listener.recv(timeout=timeout)
+        assert hello is not None, f"a connection made with max_message_bytes={limit}: its hello did not arrive"
+        for direction, send, receive, stats in (
+                ("to its listener", lambda *parts: connection.send(*parts), lambda: listener.recv(timeout=timeout),
+                 lambda: listener.stats),
+                ("from its listener", lambda *parts: listener.send(hello[0], *parts),
+                 lambda: connection.recv(timeout=timeout), lambda: connection.stats)):
+            lost = stats().get("lost", 0)
+            sender = threading.Thread(target=send, args=(b"E", _payload(13, limit - 1)), daemon=True)
+            sender.start()  # beside the receiver: some transports need it reading while they send
+            item = receive()
+            sender.join(timeout)
+            message = item[1] if isinstance(item, tuple) else item
+            if message is None and not limited.capabilities.reliable and stats().get("lost", 0) > lost:
+                continue  # lost, and counted: what an unreliable transport may do
+            assert message is not None and bytes(message) == b"E" + _payload(13, limit - 1), \
+                f"a connection made with max_message_bytes={limit}: a message of exactly the limit {direction} " \
+                "did not arrive whole"
+    finally:
+        if connection is not None:
+            connection.close()
+        listener.close()
+
+
+def _check_connection_receive_limit(default: Any, limited: Any, limit: int, timeout: float) -> None:
+    """A connection is a receiving side too: from a listener whose limit is higher, a message over
+    the connection's limit is never delivered (the sender is refused, or the connection is closed,
+    or, where the transport may lose messages, it is not delivered)."""
+    listener = default.listen(None)
+    connection = None
+    thread = None
+    try:
+        connection = limited.connect(listener.address, timeout=timeout)
+        connection.send(b"H")
+        item = listener.recv(timeout=timeout)
+        assert item is not None, "connection receive limit: the peer's hello did not arrive"
+        outcome: dict[str, str] = {}
+
+        def push() -> None:
+            try:
+                listener.send(item[0], b"X", _payload(15, limit))  # one byte over the connection's limit
+                outcome["sent"] = "accepted"
+            except (RlbenchError, ValueError, ConnectionError):
+                outcome["sent"] = "refused"
+            except Exception as exc:
+                outcome["sent"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=push, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        got: Any = None
+        while time.monotonic() < deadline:
+            try:
+                got = connection.recv(timeout=0.2)
+            except ConnectionError:
+                got = "closed"
+            if got is not None or outcome.get("sent") == "refused":
+                break
+        thread.join(timeout)
+        if got is not None and got != "closed":
+            raise AssertionError(f"a connection made with max_message_bytes={limit} delivered a message of "
+                                 f"{got.nbytes} B from a listener whose limit is higher")
+        assert outcome.get("sent") in ("accepted", "refused"), f"connection receive limit: the listener's send " \
+                                                             f"raised {outcome.get('sent')}"
+        if default.capabilities.reliable:
+            assert got == "closed" or outcome["sent"] == "refused", (
+                f"a connection made with max_message_bytes={limit} neither refused a message over its limit (recv "
+                "raises a ConnectionError and the connection closes) nor had its sender refused: it vanished")
+    finally:
+        if thread is not None:
+            thread.join(timeout)
+        if connection is not None:
+            connection.close()
+        listener.close()
 
 
 def _check_stats(side: _Listener, peer: int) -> None:
