@@ -9,6 +9,11 @@ exposed through an entry point in the "rlbench" group::
 Register hooks receive a ``register`` callback; plugins never touch the registry. Factories and
 probes may be callables or lazy ``"module:attr"`` strings; a plugin module itself must be cheap to
 import (no torch, pyopencl or DPDK at import time), because ``rlbench list`` imports every plugin.
+
+Names belong to one plugin: a component name (per kind, case aside) or a run-option flag that the
+core or another plugin also registers, a name ``NS/NAME`` outside the plugin's own namespace, or an
+option for another plugin's component refuses the plugin wholly (every plugin in a clash alike),
+as does a register hook that raises; ``rlbench list`` says why (docs/plugins.md, "Names").
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ def rlbench_register_transports(register: Any) -> None:
     """Register message transports.
 
     :param register: ``register(name, factory, *, capabilities, probe=None, description="")``.
-        ``factory(**options)`` returns an object satisfying :class:`rlbench.protocols.Transport`;
+        ``factory(**options)`` returns an object satisfying :class:`rlbench.protocols.Transport`
+        (it takes ``max_message_bytes=``, refuses unknown options, and listens at
+        ``NAME://HOST:0`` under ``--bind`` and cluster launchers unless it defines ``listen_address``);
         ``capabilities`` is a :class:`rlbench.protocols.TransportCapabilities`; ``probe()`` returns a
         :class:`rlbench.protocols.Probe` saying whether the transport can run here and, if not, why.
     """
@@ -74,8 +81,10 @@ def rlbench_register_run_options(option: Any) -> None:
     """Add command-line options to ``rlbench run`` for one of the plugin's components.
 
     :param option: ``option(kind, component, flag, param, *, type=str, default=None, help="",
-        choices=())``. When the user selects that component, the option's value reaches its factory
-        as keyword ``param``; setting the option while another component is selected is refused.
+        choices=())``, for one of the plugin's own components; name the flag ``--<plugin>-<param>``
+        (flags are one namespace, ``rlbench run``'s own are reserved). When the user selects that
+        component, the option's value reaches its factory as keyword ``param``; setting the option
+        while another component is selected is refused.
     """
 
 
