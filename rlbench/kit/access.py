@@ -10,8 +10,9 @@
 replay memory over a registered transport, with the run's authentication, and connects two
 clients to it: `actor` and `learner` (`rlbench.runtime`'s ReplayClient: add / add_begin /
 add_finish, sample, update_priorities, credit and wait_pushed for in-network placement). The node
-never rate-limits (a benchmark measures access, not the algorithm's pacing) and its budget never
-ends; leaving the block shuts it down. `node.report()` is the node's own report (per-op serve
+never rate-limits unless given `rate_limit=` (a benchmark measures access, not the algorithm's
+pacing), checks the run's transition layout when given `layout=` (messages.transition_layout), and
+its budget never ends; leaving the block shuts it down. `node.report()` is the node's own report (per-op serve
 times, counters, link bytes); `fast_path=False` makes it serve every message through its general
 (Python) path, the peer of its native fast path.
 
@@ -38,10 +39,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
+# (samples per insert, min size to sample, error buffer): a node that never holds anyone back
+NEVER_LIMITED = (1.0, 1, 1e18)
 
 
 def _serve(transport: str, transport_options: dict[str, Any], placement: str, replay: str, capacity: int,
-           replay_options: dict[str, Any], batch_size: int, secret: bytes | None, fast_path: bool, addresses: Any) -> None:
+           replay_options: dict[str, Any], batch_size: int, secret: bytes | None, fast_path: bool,
+           rate_limit: tuple[float, int, float], layout: dict[str, Any] | None, addresses: Any) -> None:
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed.rate_limiter import RateLimiter
     from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
@@ -51,9 +55,11 @@ def _serve(transport: str, transport_options: dict[str, Any], placement: str, re
     listener = transport_component.create(**transport_options).listen(None)
     memory_component = registry.get("replay", replay)
     memory = memory_component.create(capacity=capacity, alpha=0.6, seed=0, **replay_options)
-    limiter = RateLimiter(1.0, min_size_to_sample=1, error_buffer=1e18)  # never holds anyone back
+    samples_per_insert, min_size_to_sample, error_buffer = rate_limit
+    limiter = RateLimiter(samples_per_insert, min_size_to_sample=min_size_to_sample, error_buffer=error_buffer)
     settings = NodeSettings(placement=placement, total_steps=1 << 62, batch_size=batch_size, secret=secret,
-                            max_message_bytes=transport_component.capabilities.max_message_bytes, fast_path=fast_path)
+                            max_message_bytes=transport_component.capabilities.max_message_bytes, fast_path=fast_path,
+                            layout=layout)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     addresses.put(listener.address)
     try:
@@ -105,7 +111,8 @@ def _spawned(target: Callable[..., None], args: tuple[Any, ...]) -> Iterator[str
 def replay_node(transport: str, *, transport_options: dict[str, Any] | None = None, placement: str = "server",
                 replay: str = "prioritized", capacity: int = 1 << 17, replay_options: dict[str, Any] | None = None,
                 batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0,
-                fast_path: bool = True) -> Iterator[NodeUnderTest]:
+                fast_path: bool = True, rate_limit: tuple[float, int, float] = NEVER_LIMITED,
+                layout: dict[str, Any] | None = None) -> Iterator[NodeUnderTest]:
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed import messages
     from rlbench.runtime.distributed.channel import Channel
@@ -117,7 +124,7 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
     secret = secrets.token_bytes(32) if authenticate else None
     channels: list[Any] = []
     with _spawned(_serve, (transport, transport_options, placement, replay, capacity, replay_options or {},
-                           batch_size, secret, fast_path)) as address:
+                           batch_size, secret, fast_path, rate_limit, layout)) as address:
         try:
             def channel(role: str) -> Any:
                 connection = component.create(**transport_options).connect(address, timeout=timeout)

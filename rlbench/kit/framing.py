@@ -146,9 +146,12 @@ def listener_closed(transport: str, address: str) -> TransportClosedError:
 
 # ------------------------------------------------------------------------------ outbound queues
 # The default bound of one peer's outbox. An honest rlbench peer has a reply or two and a few pushed
-# batches outstanding; 16 MiB holds that many times over for any usual batch or policy, and keeps a
+# batches outstanding; 8 MiB holds that many times over for any usual batch or policy, and keeps a
 # listener's memory bounded while a peer misbehaves.
-MAX_QUEUED_BYTES = 16 << 20
+MAX_QUEUED_BYTES = 8 << 20
+# What one queued message costs beside its bytes (its bytes object and view): counted against the
+# bound, so a flood of tiny replies is bounded in memory, not only in payload
+MESSAGE_OVERHEAD_BYTES = 256
 
 
 def queued_bytes_limit(requested: Any, transport: str) -> int:
@@ -181,7 +184,7 @@ class Outbox:
         return len(self.messages)
 
     def admits(self, nbytes: int, limit: int) -> bool:
-        return not self.messages or self.queued + nbytes <= limit
+        return not self.messages or self.queued + (len(self.messages) + 1) * MESSAGE_OVERHEAD_BYTES + nbytes <= limit
 
     def push(self, message: Any) -> None:
         """Queue a message the caller will not change (bytes, or a copy the transport made)."""

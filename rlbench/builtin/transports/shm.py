@@ -662,6 +662,8 @@ class ShmListener:
     def _poll_message(self) -> tuple[int, memoryview] | None:
         if self._backlogged:  # a dict's truth value: free while nothing waits
             self._flush_outboxes()
+        if self._arrivals:  # a list's truth value: no syscall, however often we poll; a newcomer is
+            self._admit()  # admitted now, not when every other peer has gone quiet
         order = self._order
         n = len(order)
         start = self._turn
@@ -681,8 +683,6 @@ class ShmListener:
                     continue
                 self._held = endpoint
                 return peer, message
-        if self._arrivals:  # a list's truth value: no syscall, however often we poll
-            self._admit()
         return None
 
     def drop(self, peer: int, fault: str | None = None) -> None:

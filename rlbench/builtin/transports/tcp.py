@@ -242,14 +242,19 @@ class TcpListener:
         self._selector.register(sock, selectors.EVENT_READ, peer)
 
     def drop(self, peer: int, fault: str | None = None) -> None:
-        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule)."""
+        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule); what it
+        sent that was not handed out yet is dropped with it."""
+        self._close(peer, fault, deliver=False)
+
+    def _close(self, peer: int, fault: str | None, *, deliver: bool) -> None:
         entry = self._peers.pop(peer, None)
         if entry is None:
             return
         if fault is not None:
             self._stats[fault] += 1
             self._stats["dropped_peers"] += 1
-        self._leftovers.extend((peer, message) for message in entry.reader.ready)  # what came whole is delivered
+        if deliver:  # it left, or broke the framing: what came whole before is still delivered
+            self._leftovers.extend((peer, message) for message in entry.reader.ready)
         self._selector.unregister(entry.sock)
         entry.sock.close()
 
@@ -267,10 +272,10 @@ class TcpListener:
         if reader.ready and not had:
             self._turns.append(peer)
         if reader.refused:
-            self.drop(peer, "refused_oversize")
+            self._close(peer, "refused_oversize", deliver=True)
         elif not alive:
             self._stats["truncated"] += reader.mid_message
-            self.drop(peer)
+            self._close(peer, None, deliver=True)
 
     def _select(self, timeout: float | None) -> bool:
         """Accept, read and write what the sockets allow (waiting up to `timeout`); False when nothing did."""
@@ -334,7 +339,7 @@ class TcpListener:
             except BlockingIOError:
                 written = 0
             except OSError as exc:  # reset, broken pipe: that peer is gone
-                self.drop(peer)
+                self._close(peer, None, deliver=True)
                 raise TransportClosedError(f"tcp: peer {peer} went away ({exc})") from None
         if written < total + _LENGTH.size:
             rest = joined(framed, written)
@@ -359,7 +364,7 @@ class TcpListener:
         try:
             emptied = entry.outbox.flush(write)
         except OSError:  # the peer went away with replies still queued: nobody waits for them
-            self.drop(peer)
+            self._close(peer, None, deliver=True)
             return
         if emptied:
             self._want(peer, entry, selectors.EVENT_READ)

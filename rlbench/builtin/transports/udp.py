@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import itertools
 import select
+import selectors
 import socket
 import struct
 import time
@@ -70,7 +71,9 @@ _RCVBUF = 4 << 20
 # The most messages one datagram may show as lost (a gap in its peer's sequence): far more than a
 # burst loss of a sender that waits for replies, far less than the 2**31 a lying peer could claim.
 _MAX_GAP = 1 << 16
-_PUMP_ON_SEND = 256  # datagrams a listener's send handles before it queues a message behind a send under way
+_PUMP_ON_SEND = 256
+_PEER_RCVBUF = 1 << 20  # the kernel's queue for one peer's socket (a listener's)
+_SELECT_EVERY = 32  # datagrams a listener takes between looks for newly readable sockets  # datagrams a listener's send handles before it queues a message behind a send under way
 
 
 class _Partial:
@@ -122,7 +125,7 @@ class _Transfer:
 
 class _Peer:
     __slots__ = ("id", "addr", "send_seq", "expected", "partials", "acked", "refused", "far_limit", "heard",
-                 "waiting", "queued", "transfer")
+                 "waiting", "queued", "transfer", "sock")
 
     def __init__(self, peer_id: int, addr: Any) -> None:
         self.id = peer_id
@@ -138,6 +141,7 @@ class _Peer:
         self.waiting: collections.deque[bytes] = collections.deque()
         self.queued = 0
         self.transfer: _Transfer | None = None
+        self.sock: socket.socket | None = None  # a listener's socket connected to this peer alone
 
 
 class _UdpEndpoint:
@@ -259,16 +263,26 @@ class _UdpEndpoint:
             self._sock.settimeout(timeout)
             self._timeout = timeout
 
-    def pump(self, timeout: float | None) -> bool:
-        """Receive and handle one datagram; False if none came within `timeout`."""
+    def _receive(self, timeout: float | None) -> tuple[int, Any] | None:
+        """(bytes, sender) of the next datagram in self._buffer, None when none came within `timeout`;
+        (-1, sender) when the kernel reported the sender gone (ICMP port unreachable)."""
         self._set_timeout(timeout)
         try:
-            n, addr = self._sock.recvfrom_into(self._buffer)
+            return self._sock.recvfrom_into(self._buffer)
         except (socket.timeout, BlockingIOError):
+            return None
+        except ConnectionRefusedError:  # ICMP port unreachable from an earlier send: the far side is gone
+            return -1, None
+
+    def pump(self, timeout: float | None) -> bool:
+        """Receive and handle one datagram; False if none came within `timeout`."""
+        got = self._receive(timeout)
+        if got is None:
             self._expire()
             return False
-        except ConnectionRefusedError:  # ICMP port unreachable from an earlier send: the far side is gone
-            self._control(_BYE, None, 0)
+        n, addr = got
+        if n < 0:
+            self._control(_BYE, addr, 0)
             return True
         if n < _HEADER.size:
             self._stats["malformed"] += 1
@@ -497,11 +511,28 @@ class UdpConnection(RequestReply, _UdpEndpoint):
 class UdpListener(_UdpEndpoint):
     """Sends never wait on a peer: a message of several fragments is sent in its window as the
     peer's acknowledgements come in, during later calls (`_advance`), and what is sent after it
-    waits behind it, bounded per peer by `max_queued_bytes` (kit.framing's slow-consumer rule)."""
+    waits behind it, bounded per peer by `max_queued_bytes` (kit.framing's slow-consumer rule).
+
+    Receives are isolated per peer: every known peer gets a socket of its own, bound to the
+    listener's address (SO_REUSEPORT) and connected to the peer, so the kernel queues its datagrams
+    apart; datagrams are taken from the sockets in turn. A peer that floods fills its own queue and
+    loses its own datagrams, not another peer's (with one shared socket, its flood made the kernel
+    drop everyone's). The shared socket receives only from peers not known yet. Where a socket
+    cannot be made (out of descriptors), that peer is served through the shared one."""
 
     def __init__(self, sock: socket.socket, address: str, *, max_queued_bytes: int, **options: Any) -> None:
         super().__init__(sock, **options)
+        sock.setblocking(False)
         self.address = address
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._turns: collections.deque[socket.socket] = collections.deque()  # readable sockets, in turn
+        self._in_turn: set[int] = set()  # their descriptors
+        self._owner: dict[int, _Peer] = {}  # descriptor -> the peer a socket is connected to
+        # Sockets of peers that left, kept until read dry: what is queued in one may come from a new
+        # connection at the same address (a reused port), which takes the socket over when it joins.
+        self._retiring: dict[Any, socket.socket] = {}
+        self._since_select = 0
         self._by_addr: dict[Any, _Peer] = {}
         self._by_id: dict[int, _Peer] = {}
         self._next_peer = itertools.count(1)
@@ -509,6 +540,7 @@ class UdpListener(_UdpEndpoint):
         self._max_queued = max_queued_bytes
         self._sending: dict[int, _Peer] = {}  # peers with a windowed send under way or messages waiting
         self._stats["slow_consumers"] = 0
+        self._stats["shared_socket_peers"] = 0  # peers served through the shared socket (no socket of their own)
 
     def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
         peer = self._by_addr.get(addr)
@@ -529,12 +561,44 @@ class UdpListener(_UdpEndpoint):
             self._stats["evicted_peers"] += 1
         peer = _Peer(next(self._next_peer), addr)
         self._by_addr[addr] = self._by_id[peer.id] = peer
+        peer.sock = self._retiring.pop(addr, None)
+        if peer.sock is None:
+            peer.sock = self._own_socket(addr)
+            if peer.sock is not None:
+                self._selector.register(peer.sock, selectors.EVENT_READ)
+        if peer.sock is not None:
+            self._owner[peer.sock.fileno()] = peer
         self._send_control(_WELCOME, addr, index=peer.id)
         return peer
+
+    def _own_socket(self, addr: Any) -> socket.socket | None:
+        """A socket for one peer: the listener's address, connected to the peer (None if the system
+        will not make one: that peer shares the listener's socket)."""
+        sock = None
+        try:
+            sock = socket.socket(self._sock.family, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _PEER_RCVBUF)
+            sock.bind(self._sock.getsockname())
+            sock.connect(addr)
+            sock.setblocking(False)
+            return sock
+        except OSError:
+            if sock is not None:
+                sock.close()
+            self._stats["shared_socket_peers"] += 1
+            return None
 
     def _leave(self, peer: _Peer) -> None:
         del self._by_addr[peer.addr], self._by_id[peer.id]
         self._forget(peer)
+        if peer.sock is not None:
+            del self._owner[peer.sock.fileno()]
+            self._retiring[peer.addr] = peer.sock
+            self._in_turn.discard(peer.sock.fileno())  # (read it again: it may hold a newcomer's datagrams)
+            self._selector.modify(peer.sock, selectors.EVENT_READ)
+            peer.sock = None
         if self._sending.pop(peer.id, None) is not None:
             if peer.transfer is not None:
                 peer.acked.pop(peer.transfer.seq, None)
@@ -562,6 +626,56 @@ class UdpListener(_UdpEndpoint):
 
     def _busy(self) -> bool:
         return bool(self._sending)
+
+    def _receive(self, timeout: float | None) -> tuple[int, Any] | None:
+        """The next datagram from the readable sockets in turn: one per socket per turn, and a fresh
+        look for newly readable ones every _SELECT_EVERY datagrams, so a flooding peer's socket
+        delays another peer's datagram by about one datagram."""
+        turns = self._turns
+        if turns and self._since_select >= _SELECT_EVERY:
+            self._select(0)
+        while True:
+            while turns:
+                sock = turns.popleft()
+                descriptor = sock.fileno()
+                if descriptor < 0:  # closed meanwhile
+                    continue
+                try:
+                    n, addr = sock.recvfrom_into(self._buffer)
+                except BlockingIOError:  # drained: out of turn until the selector says so again
+                    self._in_turn.discard(descriptor)
+                    self._retire_if_dry(sock)
+                    continue
+                except ConnectionRefusedError:  # ICMP port unreachable: that peer is gone
+                    self._in_turn.discard(descriptor)
+                    peer = self._owner.get(descriptor)
+                    return -1, None if peer is None else peer.addr
+                turns.append(sock)  # it may hold more: its next turn is after the others'
+                self._since_select += 1
+                return n, addr
+            if not self._select(timeout):
+                return None
+            timeout = 0.0
+
+    def _select(self, timeout: float | None) -> bool:
+        """Put the sockets that became readable in turn; False when none did within `timeout`."""
+        self._since_select = 0
+        events = self._selector.select(timeout)
+        for key, _ in events:
+            descriptor = key.fd
+            if descriptor not in self._in_turn:
+                self._in_turn.add(descriptor)
+                self._turns.append(key.fileobj)
+        return bool(events)
+
+    def _retire_if_dry(self, sock: socket.socket) -> None:
+        """Close a departed peer's socket once nothing is queued in it (no newcomer took it over)."""
+        for addr, retiring in self._retiring.items():
+            if retiring is sock:
+                del self._retiring[addr]
+                self._selector.unregister(sock)
+                sock.close()
+                return
 
     def _advance(self, peer: _Peer) -> None:
         """Move the peer's sends on as far as its acknowledgements allow, without waiting."""
@@ -681,6 +795,11 @@ class UdpListener(_UdpEndpoint):
                 self._send_control(_BYE, peer.addr)
             except OSError:
                 pass
+            if peer.sock is not None:
+                peer.sock.close()
+        for sock in self._retiring.values():
+            sock.close()
+        self._selector.close()
         self._sock.close()
 
 
@@ -722,6 +841,8 @@ class UdpTransport:
         host, port = host_port(address or "udp://127.0.0.1:0", "udp")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = self._socket(family)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # peers' own sockets share its address
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         shown = f"[{host}]" if family == socket.AF_INET6 else host
         return UdpListener(sock, f"udp://{shown}:{sock.getsockname()[1]}", max_queued_bytes=self.max_queued_bytes,

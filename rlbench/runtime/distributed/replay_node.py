@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import math
 import os
+import resource
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -63,6 +65,7 @@ MAX_HELD_INSERTS = 4  # INSERT replies the rate limiter holds for one peer
 MAX_WAITING_SAMPLES = 4  # SAMPLEs waiting for the limiter, per peer
 MAX_ERRORS_BEFORE_AUTH = 16  # refusals a peer gets before it authenticates; then it is dropped (or ignored)
 FORGET_EVERY_S = 1.0  # how often the node forgets peers whose connection is gone
+SWITCH_INTERVAL_S = 0.0002  # the interpreter's thread switch interval while the node serves (see serve)
 
 
 @dataclass
@@ -161,6 +164,18 @@ class ReplayNode:
 
     # ------------------------------------------------------------------------------------ loop
     def serve(self) -> dict[str, Any]:
+        # A transport's helper thread (shm's accept thread) needs the interpreter lock a few times per
+        # new connection; while this loop is busy, each handoff waits out the switch interval (5 ms by
+        # default), which made an honest peer's handshake take hundreds of ms under a flood. A thread
+        # that does not ask for the lock costs nothing at any interval.
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
+        try:
+            return self._serve()
+        finally:
+            sys.setswitchinterval(switch_interval)
+
+    def _serve(self) -> dict[str, Any]:
         clock = time.perf_counter_ns
         recv, send = self.listener.recv, self.listener.send
         fast = self.fast.handle if self.fast is not None else None
@@ -635,6 +650,9 @@ class ReplayNode:
             "memory": self.memory.stats(),
             "time_split": self.time_split(wall),
             "size": len(self.memory),
+            "peers": len(self.peers),
+            "rss_bytes": _rss_bytes(),
+            "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "stored_by": self._stored_by(),
             "limits": {"max_held_inserts": MAX_HELD_INSERTS, "max_waiting_samples": MAX_WAITING_SAMPLES,
                        "max_errors_before_auth": MAX_ERRORS_BEFORE_AUTH},
@@ -642,6 +660,15 @@ class ReplayNode:
             else {"on": False, "why": self.fast_path_note},
             "reports": s.reports,
         }
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory now (0 where /proc does not tell)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _request_id_of(message: Any) -> int:
