@@ -5,6 +5,9 @@ still take the general path."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -427,3 +430,22 @@ def test_bench_access_puts_the_fast_path_beside_the_general_path_and_splits_thei
         parts = shares["wire_us"] + shares["node_us"] + shares["memory_us"] + shares["client_us"]
         assert parts == pytest.approx(row["p50_us"])
     assert set(shm["insert_throughput"]) == {"fast", "general"} and min(shm["insert_throughput"].values()) > 0
+
+
+def test_a_codec_or_fast_path_never_initialised_refuses_instead_of_crashing():
+    """Made with __new__ (or after an __init__ that failed), their fields are NULL: each method used
+    to read them and the process died (SIGSEGV). In a child, so a crash is a failure, not the suite's end."""
+    script = """
+from rlbench._wire import Codec, FastPath
+for call in (lambda: Codec.__new__(Codec).decode(b"RB" + bytes(20)), lambda: Codec.__new__(Codec).encode(300),
+             lambda: FastPath.__new__(FastPath).batch(1, 0.5), lambda: FastPath.__new__(FastPath).handle(1, b"")):
+    try:
+        call()
+    except RuntimeError as exc:
+        assert "was not initialised" in str(exc), exc
+    else:
+        raise AssertionError("no refusal")
+print("refused")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", (done.returncode, done.stderr[-2000:])

@@ -415,7 +415,18 @@ static PyObject *call_slow_decode(Codec *codec, PyObject *buffer, Py_ssize_t max
     return result;
 }
 
+/* A Codec or FastPath made without a successful __init__ (Codec.__new__(Codec)) has NULL fields:
+ * its methods refuse instead of reading them. */
+static int not_initialised(int ready, const char *type) {
+    if (ready)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "this %s was not initialised", type);
+    return 1;
+}
+
 static PyObject *Codec_decode(Codec *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (not_initialised(self->slots != NULL, "Codec"))
+        return NULL;
     Py_ssize_t max_bytes = self->max_message_bytes;
     Py_ssize_t n_keywords = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     if (nargs != 1 || n_keywords > 1 ||
@@ -629,6 +640,8 @@ static PyObject *call_slow_encode(Codec *codec, PyObject *const *args, Py_ssize_
 
 static PyObject *Codec_encode(Codec *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const keywords[] = {"op", "arrays", "request_id"};
+    if (not_initialised(self->slots != NULL, "Codec"))
+        return NULL;
     PyObject *given[3] = {NULL, Py_None, NULL};
     Py_ssize_t n_keywords = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     if (nargs > 3)
@@ -821,6 +834,7 @@ typedef struct {
     Py_ssize_t max_bytes;
     long long max_credit;
     long long max_held; /* INSERT replies the limiter may hold for one peer (more: the general path refuses) */
+    int ready;          /* __init__ succeeded */
     int prioritized;
     /* the INSERT layout last found compatible with the memory's columns */
     Layout *fit_layout; /* a reference */
@@ -1403,6 +1417,8 @@ PyDoc_STRVAR(handle_doc,
 "served without a reply, None when the general path must take it (nothing was changed).");
 
 static PyObject *FastPath_handle(FastPath *f, PyObject *const *args, Py_ssize_t nargs) {
+    if (not_initialised(f->ready, "FastPath"))
+        return NULL;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "handle(peer, message)");
         return NULL;
@@ -1466,6 +1482,8 @@ PyDoc_STRVAR(batch_doc,
 "general path must draw it (the memory would refuse).");
 
 static PyObject *FastPath_batch(FastPath *f, PyObject *args) {
+    if (not_initialised(f->ready, "FastPath"))
+        return NULL;
     Py_ssize_t n;
     double beta;
     unsigned long request_id = 0;
@@ -1615,7 +1633,10 @@ static int FastPath_init(FastPath *f, PyObject *args, PyObject *kwargs) {
             PyErr_Format(PyExc_ValueError, "the fast path serves INSERT, SAMPLE and UPDATE_PRIORITIES, not op %d", op);
             return -1;
         }
-    return PyErr_Occurred() ? -1 : 0;
+    if (PyErr_Occurred())
+        return -1;
+    f->ready = 1;
+    return 0;
 }
 
 static int FastPath_traverse(FastPath *f, visitproc visit, void *arg) {

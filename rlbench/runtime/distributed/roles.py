@@ -110,9 +110,9 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     listener = transport.listen(spec.address or None)
     announce(listener.address)
     limiter = rate_limiter_for(hp, config.actors)
+    limit = min(capabilities.max_message_bytes, getattr(transport, "max_message_bytes", capabilities.max_message_bytes))
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
-                            seconds=config.seconds, max_message_bytes=capabilities.max_message_bytes,
-                            secret=spec.secret, layout=spec.layout)
+                            seconds=config.seconds, max_message_bytes=limit, secret=spec.secret, layout=spec.layout)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     try:
         return node.serve()
