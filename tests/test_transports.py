@@ -12,6 +12,8 @@ import time
 import pytest
 
 import rlbench
+from rlbench.builtin.transports import inproc as inproc_module
+from rlbench.builtin.transports import tcp as tcp_module
 from rlbench.builtin.transports.inproc import InprocTransport
 from rlbench.builtin.transports.shm import ShmTransport, probe
 from rlbench.builtin.transports.tcp import TcpTransport
@@ -285,3 +287,45 @@ def test_shm_sleepers_are_woken_by_the_doorbell_not_by_their_nap_cap(monkeypatch
     finally:
         connection.close()
         listener.close()
+
+
+# ---------------------------------------------------- the kit's slow-consumer rule catches its breakers
+class UnboundedInproc(InprocTransport):
+    """Says it bounds what waits for a peer, and never does (the old inproc)."""
+
+    def listen(self, address=None):
+        listener = super().listen(address)
+        listener._max_queued = 1 << 62
+        return listener
+
+
+class _WaitingTcpListener(tcp_module.TcpListener):
+    def send(self, peer, *parts):
+        super().send(peer, *parts)
+        entry = self._peers.get(peer)
+        while entry is not None and entry.outbox:  # waits for the peer to read, as a blocking send did
+            self._select(0.01)
+            entry = self._peers.get(peer)
+
+
+class WaitingTcp(TcpTransport):
+    def listen(self, address=None):
+        listener = super().listen(address)
+        listener.__class__ = _WaitingTcpListener
+        return listener
+
+
+class IgnoresTheQueueBound(InprocTransport):
+    def __init__(self, max_message_bytes=None, max_queued_bytes=None):
+        super().__init__(max_message_bytes)  # takes the option, keeps the default
+
+
+@pytest.mark.parametrize("factory, complaint", [
+    (UnboundedInproc, "never dropped"),
+    (WaitingTcp, "never waits on a peer"),
+    (IgnoresTheQueueBound, "must keep it as .max_queued_bytes"),
+])
+def test_the_kit_fails_a_listener_that_waits_on_or_queues_without_bound_for_a_peer_that_does_not_read(factory,
+                                                                                                        complaint):
+    with pytest.raises(AssertionError, match=complaint):
+        check_transport(factory, cross_process=False, timeout=3.0)

@@ -15,6 +15,11 @@ Besides moving messages, it checks the rules every transport keeps:
   peer whose own limit is higher (nothing over the limit is delivered, stats["refused_oversize"]
   counts it, a reliable transport drops that peer, the other peers are still served), and, where
   ends are in different processes, its connection never delivers a message over its limit either;
+- given a factory: it takes `max_queued_bytes=` (kept as `.max_queued_bytes`), and its listener never
+  waits on a peer: sends to a peer that never reads each return at once, and past the bound the peer
+  is dropped (SlowConsumerError, stats["slow_consumers"]) while a peer that reads is still answered;
+  a peer that reads late gets what was queued for it, whole and in order, while the listener is
+  driven (its later recv calls);
 - it listens where a run's server role would under `--bind HOST` or a cluster launcher (Ray): at
   what `rlbench.runtime.distributed.launcher.listen_address` gives for 127.0.0.1 (its own
   `listen_address(host)`, else NAME://127.0.0.1:0 for a transport that crosses hosts), and a peer
@@ -37,7 +42,7 @@ import pickle
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -335,6 +340,7 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
         if transport is not transport_or_factory:  # a factory, not an instance
             _check_unknown_option(transport_or_factory, name)
             _check_lowered_limit(transport_or_factory, timeout)
+            _check_slow_consumers(transport_or_factory, name, spawn, timeout)
     finally:
         listener.close()
         if process is not None and process.is_alive():
@@ -553,6 +559,156 @@ def _check_unknown_option(factory: Any, name: str) -> None:
     raise AssertionError(f"{name}: the factory accepted an unknown option ({UNKNOWN_OPTION}=1) and ignored it "
                          f"(made {type(transport).__name__}); refuse unknown keywords (no **options catch-all), or a "
                          "run option whose parameter the factory does not take vanishes silently")
+
+
+# ------------------------------------------------------------------------------------------------
+# A peer that does not read (the slow-consumer rule of rlbench.protocols.Listener)
+# ------------------------------------------------------------------------------------------------
+_QUEUE_BOUND = 1 << 20  # the max_queued_bytes the check gives the factory
+_SEND_WAIT_S = 0.5  # a listener's send may take this long at most (it must not wait on the peer)
+_FLOOD_BYTES = 256 << 20  # what the check sends a peer that never reads before it calls the bound ignored
+
+
+def _late_reader(transport: Any, address: str, hold_s: float, expect: list[tuple[int, int]], timeout: float) -> dict:
+    """A peer that says hello (b"W"), reads nothing for `hold_s`, then reads what it expects (seed,
+    size), checks it and reports (b"L" + JSON). With hold_s long and nothing expected: a peer that
+    never reads. Returns what it saw."""
+    errors: list[str] = []
+    connection = transport.connect(address, timeout=timeout)
+    try:
+        connection.send(b"W")
+        time.sleep(hold_s)
+        for seed, size in expect:
+            message = connection.recv(timeout=timeout)
+            if message is None:
+                errors.append(f"late reader: message seed {seed} did not arrive")
+                break
+            if bytes(message) != _U32.pack(seed) + _payload(seed, size):
+                errors.append(f"late reader: message seed {seed} ({size} B) arrived changed or out of order")
+                break
+        connection.send(b"L", json.dumps({"errors": errors}).encode())
+        connection.recv(timeout=timeout)  # (the listener's goodbye, or its end)
+    except ConnectionError as exc:
+        errors.append(f"late reader: {type(exc).__name__}: {exc}")
+    finally:
+        connection.close()
+    return {"errors": errors}
+
+
+def _late_reader_process(spec: bytes, address: str, hold_s: float, expect: list[tuple[int, int]], timeout: float,
+                         results: Any) -> None:
+    try:
+        results.put(_late_reader(_resolve(pickle.loads(spec)), address, hold_s, expect, timeout))
+    except BaseException as exc:
+        results.put({"errors": [f"late reader (spawned process) failed: {type(exc).__name__}: {exc}"]})
+
+
+def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float) -> None:
+    """A listener's send never waits on a peer: to one that never reads, each send returns at once
+    and, past `max_queued_bytes` (a factory option), the peer is dropped (SlowConsumerError, counted
+    in slow_consumers) while a peer that reads is still answered; one that reads late gets what was
+    queued for it, whole and in order, while the listener is driven."""
+    from rlbench.kit.framing import SlowConsumerError
+
+    try:
+        transport = factory(max_queued_bytes=_QUEUE_BOUND)
+    except TypeError as exc:
+        raise AssertionError(f"{name}: the factory must take max_queued_bytes= (how much a listener holds for one "
+                             f"peer that does not read; rlbench.kit.framing.Outbox): {exc}") from None
+    assert getattr(transport, "max_queued_bytes", None) == _QUEUE_BOUND, \
+        f"{name}: a transport made with max_queued_bytes={_QUEUE_BOUND} must keep it as .max_queued_bytes"
+    limit = _limit_of(transport)
+    listener = transport.listen(None)
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue() if spawn else None
+    workers: list[Any] = []
+    thread_results: list[dict[str, Any]] = []
+    size = max(1, min(64 << 10, limit - 8))
+    late = [(7000 + i, size) for i in range(max(1, (_QUEUE_BOUND // 4) // (size + 4)))]
+
+    def start(target: Callable[..., dict], args: tuple) -> None:
+        if spawn:
+            worker = context.Process(target={_run_peer: _peer_process, _late_reader: _late_reader_process}[target],
+                                     args=(pickle.dumps(factory), listener.address, *args, results), daemon=True)
+        else:
+            def run() -> None:
+                try:
+                    thread_results.append(target(factory(), listener.address, *args))
+                except Exception as exc:  # the listener closed after a failed check
+                    thread_results.append({"errors": [f"{type(exc).__name__}: {exc}"]})
+
+            worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        workers.append(worker)
+
+    try:
+        start(_late_reader, (timeout * 6, [], timeout))  # never reads while the check runs
+        start(_run_peer, (0, timeout))  # reads: echoes what it is sent
+        hello: dict[bytes, int] = {}
+        while len(hello) < 2:
+            item = listener.recv(timeout=timeout)
+            assert item is not None, f"{name}: a peer of the slow-consumer check did not say hello within {timeout} s"
+            hello[bytes(item[1][:1])] = item[0]
+        silent, honest = hello[b"W"], hello[b"H"]
+        message = bytes(size)
+        flood: dict[str, Any] = {"sent": 0, "dropped": None, "longest": 0.0}
+
+        def send_until_dropped() -> None:  # in a thread: a send that waits for ever must not hang the check
+            while flood["sent"] * size < _FLOOD_BYTES:
+                started = time.monotonic()
+                try:
+                    listener.send(silent, message)
+                except ConnectionError as exc:
+                    flood["dropped"] = exc
+                    return
+                flood["longest"] = max(flood["longest"], time.monotonic() - started)
+                flood["sent"] += 1
+
+        flooder = threading.Thread(target=send_until_dropped, daemon=True)
+        flooder.start()
+        flooder.join(timeout * 3)
+        waited = " (it was still in a send when the check gave up)" if flooder.is_alive() else ""
+        assert not waited and flood["longest"] < _SEND_WAIT_S, (
+            f"{name}: listener.send to a peer that does not read took {flood['longest']:.2f} s{waited}: a listener "
+            "never waits on a peer (queue what its medium cannot take now, rlbench.kit.framing.Outbox)")
+        dropped = flood["dropped"]
+        assert dropped is not None, (f"{name}: a peer that never read was sent {flood['sent'] * size:,} bytes and never "
+                                     f"dropped: max_queued_bytes={_QUEUE_BOUND} bounds what waits for it")
+        assert isinstance(dropped, SlowConsumerError), \
+            f"{name}: a peer dropped as a slow consumer must raise SlowConsumerError, got {type(dropped).__name__}"
+        stats = listener.stats
+        assert stats.get("slow_consumers") == 1 and stats.get("dropped_peers", 0) >= 1, \
+            f"{name}: the slow consumer is not counted (stats slow_consumers={stats.get('slow_consumers')!r})"
+        assert silent not in listener.peers, f"{name}: the dropped slow consumer is still listed in listener.peers"
+        listener.send(honest, b"E", b"still served")
+        got_peer, reply = _Listener(listener, timeout).next("an honest peer's echo beside a slow consumer")
+        assert got_peer == honest and reply == b"Estill served", f"{name}: the reading peer was not served"
+        listener.send(honest, b"Q")
+
+        start(_late_reader, (0.5, late, timeout))  # reads, but only after the listener sent everything
+        item = listener.recv(timeout=timeout)
+        assert item is not None and bytes(item[1]) == b"W", f"{name}: the late reader did not say hello"
+        reader = item[0]
+        for seed, length in late:
+            listener.send(reader, _U32.pack(seed), _payload(seed, length))
+        deadline = time.monotonic() + timeout * 2
+        while True:  # drive the listener, as a server's loop does, until the reader reports
+            item = listener.recv(timeout=0.05)
+            if item is not None and item[0] == reader and bytes(item[1][:1]) == b"L":
+                report = json.loads(bytes(item[1][1:]))
+                break
+            assert time.monotonic() < deadline, f"{name}: what was queued for a late reader never reached it"
+        assert not report["errors"], f"{name}: " + "; ".join(report["errors"])
+        listener.send(reader, b"Q")
+    finally:
+        listener.close()
+        for worker in workers:
+            worker.join(2)
+            if spawn and worker.is_alive():
+                worker.kill()
+                worker.join(5)
+        if results is not None:
+            results.close()
 
 
 def _check_lowered_limit(factory: Any, timeout: float) -> None:
