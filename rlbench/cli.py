@@ -169,7 +169,7 @@ def exit_code(result: dict[str, Any]) -> int:
 
 
 RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "actors", "num_envs", "steps", "seconds",
-              "seed", "dataset", "behaviour", "eval_episodes", "on_actor_failure", "launcher", "ray_address", "bind")
+              "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "launcher", "ray_address", "bind")
 
 
 def _run_command() -> click.Command:
@@ -200,7 +200,10 @@ def _run_command() -> click.Command:
         click.Option(["--behaviour"], type=click.Choice(["random", "epsilon-greedy"]), default=default.behaviour,
                      show_default=True, help="Behaviour policy that collects the --dataset."),
         click.Option(["--eval-episodes"], type=int, default=default.eval_episodes, show_default=True,
-                     help="Greedy episodes after training."),
+                     help="Greedy episodes after training (and at each --eval-every point)."),
+        click.Option(["--eval-every"], type=int, default=default.eval_every, metavar="N",
+                     help="Also evaluate greedily every N env steps during training (placement local): the "
+                          "evaluation curve."),
         click.Option(["--on-actor-failure"], type=click.Choice(["continue", "stop"]), default=default.on_actor_failure,
                      show_default=True, help="Distributed runs: go on with the other actors, or stop the run."),
         click.Option(["--launcher"], type=click.Choice(LAUNCHERS), default=default.launcher, show_default=True,

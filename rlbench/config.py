@@ -53,6 +53,7 @@ class RunConfig:
     dataset: int | None = None  # offline learning over a collected dataset of this many transitions
     behaviour: str = "random"  # the dataset's behaviour policy
     eval_episodes: int = 10
+    eval_every: int | None = None  # greedy evaluation every N env steps during training (placement local)
     on_actor_failure: str = "continue"  # or "stop": what a distributed run does when an actor dies
     launcher: str = "local"  # what starts a distributed run's roles: "local" processes, or "ray" (a Ray cluster)
     ray_address: str | None = None  # --launcher ray: "auto", "HOST:PORT", or None to start Ray for the run
@@ -70,7 +71,7 @@ class RunConfig:
 # so no plugin's run option can take one, whatever order plugins load in.
 RUN_FLAGS = frozenset({
     "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--actors",
-    "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes",
+    "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes", "--eval-every",
     "--on-actor-failure", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
     "--help",
 })

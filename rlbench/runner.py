@@ -23,7 +23,8 @@ from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
 from rlbench.results import SCHEMA, check_writable, write
 from rlbench.metrics import Recorder, bookkeeping_share
-from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, RunContext
+from rlbench.errors import RlbenchError
+from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, PeriodicEvaluation, RunContext
 from rlbench.version import __version__
 from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages
 
@@ -104,10 +105,30 @@ def _select_loop(plan: Plan) -> Callable[[RunContext], LoopStats]:
     return run_tabular_loop
 
 
+def _check_eval_every(config: RunConfig) -> None:
+    """--eval-every runs inside the single-process loop; a distributed run's roles have no such hook
+    (its evaluation would belong in the launcher, which polls the node and can fetch the published
+    weights, so neither the learner nor the actors pay for it)."""
+    every = config.eval_every
+    if every is None:
+        return
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise RlbenchError(f"--eval-every takes a positive number of env steps, got {every!r}")
+    if config.placement != "local":
+        raise RlbenchError(f"--eval-every is supported with --placement local only, not {config.placement}: "
+                           "drop --eval-every (the final greedy evaluation is still in the result) or run "
+                           "--placement local")
+    if config.dataset:
+        raise RlbenchError("--eval-every counts env steps, and an offline run (--dataset) takes none: drop one of them")
+    if config.eval_episodes < 1:
+        raise RlbenchError("--eval-every needs --eval-episodes of at least 1 (the episodes of each evaluation)")
+
+
 def check(config: RunConfig, registry: Registry) -> tuple[Plan, Any, Any]:
     """Everything `run` refuses before it starts, in one place: (plan, algorithm, hyperparameters),
     or an RlbenchError saying what is wrong and what would work."""
     plan = validate(config, registry)
+    _check_eval_every(config)
     algorithm = plan.algorithm.create()
     hp = apply_overrides(algorithm.Config, config.hyperparameters)
     validate_hyperparameters(hp)
@@ -146,6 +167,7 @@ class _Trained:
     failures: list[str] = field(default_factory=list)
     stop_reason: str = ""
     replay_stats: dict[str, Any] | None = None
+    evaluation: PeriodicEvaluation | None = None  # --eval-every's points
 
 
 def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
@@ -158,6 +180,10 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
     ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
                      budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None,
                      options=plan.options)
+    if config.eval_every:
+        ctx.evaluation = PeriodicEvaluation(
+            config.eval_every, lambda actor: evaluate(actor, plan, config, config.eval_episodes),
+            lambda: algorithm.make_actor(env.spec, compute, hp, config.seed))
     stats = LoopStats()
     try:
         stats = _select_loop(plan)(ctx)
@@ -168,7 +194,7 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
         env.close()
     return _Trained(stats, ctx.recorder, ctx.accounting, ctx.curve, ctx.actor,
                     notes=[env.spec.note] if env.spec.note else [],
-                    replay_stats=replay.stats() if replay is not None else None)
+                    replay_stats=replay.stats() if replay is not None else None, evaluation=ctx.evaluation)
 
 
 def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
@@ -188,13 +214,14 @@ def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, b
                     replay_stats=outcome.stats.extra.get("replay_memory"))
 
 
-def _steady(stats: LoopStats, t0: float) -> dict[str, float | None]:
-    """Rates over the steady window (first to last env step) and the start-up before it; None when the
-    run has no such window (offline learning, or a run that never stepped)."""
+def _steady(stats: LoopStats, t0: float, evaluating_s: float = 0.0) -> dict[str, float | None]:
+    """Rates over the steady window (first to last env step, less the time spent evaluating) and the
+    start-up before it; None when the run has no such window (offline learning, or a run that never
+    stepped)."""
     first, last = stats.first_step_t, stats.last_step_t
-    if first is None or last is None or last <= first:
+    if first is None or last is None or last - evaluating_s <= first:
         return {"startup_s": None, "env_steps_per_s": None, "updates_per_s": None}
-    window = last - first
+    window = last - first - evaluating_s
     return {"startup_s": stats.startup_s if stats.startup_s is not None else first - t0,
             "env_steps_per_s": stats.env_steps / window, "updates_per_s": stats.updates / window}
 
@@ -228,11 +255,22 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     notes = trained.notes + [f"failure: {f}" for f in trained.failures]
     if machine.warning:
         notes.append("warning: " + machine.warning)
-    steady = _steady(stats, t0)
+    periodic = trained.evaluation
+    evaluating_s = periodic.seconds if periodic else 0.0
+    steady = _steady(stats, t0, evaluating_s)
+    training_s = wall - evaluating_s  # rates count training only, not --eval-every's episodes
 
     evaluation = None
+    training_cpu_s = periodic.training_cpu_s() if periodic else None
     if status == "complete" and trained.actor is not None and config.eval_episodes > 0:
         evaluation = evaluate(trained.actor, plan, config, config.eval_episodes)
+    evaluation_curve = None
+    if periodic is not None:
+        if evaluation is not None:  # the final evaluation closes the curve
+            periodic.record(stats.env_steps, stats.updates, (stats.last_step_t or time.perf_counter()) - trained.curve.t0,
+                            training_cpu_s, evaluation)
+        evaluation_curve = {"every": periodic.every, "episodes": config.eval_episodes, "points": periodic.points,
+                            "seconds": periodic.seconds, "cpu_s": periodic.cpu_s}
 
     resolved = config.to_dict()
     resolved["replay"] = plan.replay.name if plan.replay else None
@@ -250,13 +288,15 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
                        for kind, c in plan.selected().items()},
         "fingerprint": machine_fingerprint(),
         "timing": {"started_unix": started_unix, "wall_s": wall, "cpu_s": cpu,
-                   "cpu_utilisation": cpu / wall if wall > 0 else math.nan, "startup_s": steady["startup_s"]},
+                   "cpu_utilisation": cpu / wall if wall > 0 else math.nan, "startup_s": steady["startup_s"],
+                   "evaluating_s": evaluating_s, "evaluating_cpu_s": periodic.cpu_s if periodic else 0.0},
         "throughput": {
             "env_steps": stats.env_steps, "updates": stats.updates, "samples": stats.samples,
-            # over the whole run, start-up included; `steady_*`: between the first and the last env step
-            "env_steps_per_s": stats.env_steps / wall if wall > 0 else math.nan,
-            "updates_per_s": stats.updates / wall if wall > 0 else math.nan,
-            "samples_per_s": stats.samples / wall if wall > 0 else math.nan,
+            # over the whole run, start-up included, --eval-every's evaluations not;
+            # `steady_*`: between the first and the last env step
+            "env_steps_per_s": stats.env_steps / training_s if training_s > 0 else math.nan,
+            "updates_per_s": stats.updates / training_s if training_s > 0 else math.nan,
+            "samples_per_s": stats.samples / training_s if training_s > 0 else math.nan,
             "steady_env_steps_per_s": steady["env_steps_per_s"],
             "steady_updates_per_s": steady["updates_per_s"],
         },
@@ -266,6 +306,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         "counters": dict(trained.recorder.counters),
         "learning_curve": trained.curve.points,
         "evaluation": evaluation,
+        "evaluation_curve": evaluation_curve,
         "energy": energy,
         "accounting": trained.accounting.to_dict(),
         "loop": {k: v for k, v in stats.extra.items() if k != "modelled"},

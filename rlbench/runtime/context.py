@@ -71,6 +71,38 @@ class LoopStats:
 
 
 @dataclass
+class PeriodicEvaluation:
+    """`--eval-every N`: greedy episodes of the learner's current weights every N env steps, on an
+    environment copy of their own, by a second actor, so the training actor (its weights, its
+    exploration) is untouched. Each point records env steps, updates, and the training wall and CPU
+    time so far; time spent evaluating is taken off the training clocks (learning curve, budget), so
+    a run with evaluation reports the same training time as one without."""
+
+    every: int
+    play: Callable[[Any], dict[str, Any]]  # greedy episodes of an actor on its own environment copy
+    make_actor: Callable[[], Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0  # wall time spent evaluating
+    cpu_s: float = 0.0  # this process's CPU time spent evaluating
+    cpu0: float = field(default_factory=time.process_time)
+    next_at: int = 0
+    actor: Any = None
+
+    def __post_init__(self) -> None:
+        self.next_at = self.every
+
+    def training_cpu_s(self) -> float:
+        """This process's CPU time so far, less what evaluating took."""
+        return time.process_time() - self.cpu0 - self.cpu_s
+
+    def record(self, step: int, updates: int, time_s: float, cpu_s: float, outcome: dict[str, Any]) -> None:
+        self.points.append({"step": int(step), "updates": int(updates), "time_s": round(time_s, 4),
+                            "cpu_s": round(cpu_s, 4),
+                            "return": outcome["mean_return"], "std_return": outcome["std_return"],
+                            "episodes": outcome["episodes"]})
+
+
+@dataclass
 class RunContext:
     config: RunConfig
     algorithm: Any  # rlbench.protocols.Algorithm
@@ -85,3 +117,23 @@ class RunContext:
     accounting: Accounting = field(default_factory=Accounting)
     curve: LearningCurve = field(default_factory=LearningCurve)
     actor: Any = None  # filled by the loop; the runner evaluates it greedily afterwards
+    evaluation: PeriodicEvaluation | None = None  # --eval-every
+
+    def evaluate_if_due(self, step: int, learner: Any) -> None:
+        """Called by a loop between iterations: the learner's current weights, evaluated when
+        --eval-every's next point is due (the end of training is the runner's final evaluation)."""
+        ev = self.evaluation
+        if ev is None or step < ev.next_at or self.budget.exhausted(step):
+            return
+        ev.next_at = (step // ev.every + 1) * ev.every
+        t0, cpu0, training_cpu = time.perf_counter(), time.process_time(), ev.training_cpu_s()
+        if ev.actor is None:
+            ev.actor = ev.make_actor()
+        ev.actor.load_weights(learner.weights(), learner.updates)
+        outcome = ev.play(ev.actor)
+        ev.cpu_s += time.process_time() - cpu0
+        ev.record(step, learner.updates, t0 - self.curve.t0, training_cpu, outcome)
+        spent = time.perf_counter() - t0
+        ev.seconds += spent
+        self.curve.t0 += spent  # the training clocks go on as if no evaluation had happened
+        self.budget.t0 += spent

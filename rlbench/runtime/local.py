@@ -112,6 +112,7 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
                 t0 = clock()
                 actor.load_weights(learner.weights(), learner.updates)
                 h_publish.record(clock() - t0)
+        ctx.evaluate_if_due(step, learner)
 
         if time.perf_counter() >= next_progress:
             budget.progress(step)
@@ -178,6 +179,7 @@ def _run_online(ctx: RunContext) -> LoopStats:
             episode_return[ended] = 0.0
             episode_length[ended] = 0
         obs, actions = result.observations, next_actions
+        ctx.evaluate_if_due(step, learner)
         iterations += 1
         if iterations % PROGRESS_EVERY == 0:
             ctx.budget.progress(step)
