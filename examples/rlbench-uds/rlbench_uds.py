@@ -9,9 +9,18 @@ processes of one machine.
   allocated for it. The listener counts it (stats["refused_oversize"]), drops that peer and goes on
   serving the others; a connection closes. A body's buffer grows with the bytes that arrive, never
   to the length the sender claims.
-- Buffers: send() returns once the kernel holds the whole message, so the caller may reuse its
-  buffers at once; recv() returns a fresh buffer per message.
+- Buffers: send() returns once the kernel (or, on a listener, the peer's outbox: a copy) holds the
+  whole message, so the caller may reuse its buffers at once; recv() returns a fresh buffer per
+  message.
 - The listener serves many peers with a selector; it replies to a peer by its id.
+- A slow peer stalls no one: the listener's sockets are non-blocking. What a peer's socket cannot
+  take now waits in that peer's `Outbox` (rlbench.kit.framing) and is written when the selector
+  says the socket is writable, during the listener's later recv() and send() calls. The outbox
+  holds at most `max_queued_bytes` (MAX_QUEUED_BYTES by default; a message into an empty outbox
+  is always taken): a peer whose outbox would grow past it is dropped, counted in
+  stats["slow_consumers"] and stats["dropped_peers"], and that send raises SlowConsumerError.
+  recv() completes at most one message per peer in each look at the sockets, so one peer's flood
+  delays another peer's message by about one message. drop(peer) closes one peer's connection.
 """
 
 from __future__ import annotations
@@ -31,15 +40,19 @@ from typing import Any
 from rlbench.hookspecs import hookimpl
 from rlbench.kit.framing import (
     AddressError,
+    Outbox,
     RequestReply,
+    SlowConsumerError,
     TransportClosedError,
     byte_views,
     check_size,
+    joined,
     listener_closed,
     listener_stats,
     message_limit,
     new_stats,
     not_connected,
+    queued_bytes_limit,
     split_address,
 )
 from rlbench.protocols import TransportCapabilities
@@ -52,11 +65,16 @@ _CHUNK = 1 << 20  # the most one receive asks for
 _BUFFERS_PER_SEND = 512  # sendmsg takes at most IOV_MAX (1024 on Linux) buffers
 
 
-def _send(sock: socket.socket, parts: tuple[Any, ...], limit: int) -> int:
-    """Write one message (length prefix and parts, gathered) and return its size once all is sent."""
+def _framed(parts: tuple[Any, ...], limit: int) -> tuple[list[memoryview], int]:
+    """One message as the buffers to write (length prefix, then the non-empty parts) and its size."""
     views, total = byte_views(parts)
     check_size(total, limit, SCHEME)
-    pending = [memoryview(_LENGTH.pack(total))] + [view for view in views if view.nbytes]
+    return [memoryview(_LENGTH.pack(total))] + [view for view in views if view.nbytes], total
+
+
+def _send(sock: socket.socket, parts: tuple[Any, ...], limit: int) -> int:
+    """Write one message on a blocking socket and return its size once all is sent."""
+    pending, total = _framed(parts, limit)
     while pending:
         sent = sock.sendmsg(pending[:_BUFFERS_PER_SEND])
         while pending and sent >= pending[0].nbytes:
@@ -64,6 +82,21 @@ def _send(sock: socket.socket, parts: tuple[Any, ...], limit: int) -> int:
         if sent:  # a part went out in part
             pending[0] = pending[0][sent:]
     return total
+
+
+def _send_now(sock: socket.socket, buffers: list[memoryview]) -> int:
+    """Write what a non-blocking socket takes now of the buffers, in order; how many bytes that was."""
+    written = 0
+    for start in range(0, len(buffers), _BUFFERS_PER_SEND):
+        batch = buffers[start:start + _BUFFERS_PER_SEND]
+        try:
+            sent = sock.sendmsg(batch)
+        except BlockingIOError:
+            break
+        written += sent
+        if sent < sum(view.nbytes for view in batch):  # the socket is full for now
+            break
+    return written
 
 
 class _Reader:
@@ -179,16 +212,43 @@ def _remove(path: str, directory: str | None, owner: int) -> None:
             os.rmdir(directory)
 
 
+class _Peer:
+    """What the listener keeps per peer: its socket, the message it is reading, what waits to be written."""
+
+    __slots__ = ("sock", "reader", "outbox", "events")
+
+    def __init__(self, sock: socket.socket, limit: int) -> None:
+        self.sock = sock
+        self.reader = _Reader(limit)
+        self.outbox = Outbox()
+        self.events = selectors.EVENT_READ  # what the selector watches for: writable too while the outbox has bytes
+
+
 class UdsListener:
-    def __init__(self, server: socket.socket, path: str, directory: str | None, limit: int) -> None:
+    """Serves many peers through one selector, and never waits on any one of them.
+
+    Reading: each look at the sockets (`_poll`) makes one receive per readable peer, and a receive
+    never reads past the message at hand, so it completes at most one message per peer; recv() hands
+    those out before it looks again. A peer flooding the listener thus gets one turn in each round,
+    like every other peer, and the rest of its flood waits in the kernel, not here.
+
+    Writing: send() writes what the socket takes now; the rest of the message (a copy) waits in the
+    peer's outbox, and the selector then watches that socket for room too, so the outbox drains
+    while the listener goes on with its recv() and send() calls. The outbox is bounded: a peer that
+    does not read is dropped as a slow consumer instead of growing it.
+    """
+
+    def __init__(self, server: socket.socket, path: str, directory: str | None, limit: int,
+                 max_queued_bytes: int) -> None:
         self.address = f"{SCHEME}://{path}"
         self._server = server
         self._limit = limit
+        self._max_queued = max_queued_bytes
         self._selector = selectors.DefaultSelector()
         self._selector.register(server, selectors.EVENT_READ, None)
-        self._peers: dict[int, tuple[socket.socket, _Reader]] = {}
+        self._peers: dict[int, _Peer] = {}
         self._peer_ids = itertools.count(1)
-        self._ready: collections.deque[tuple[int, memoryview]] = collections.deque()
+        self._ready: collections.deque[tuple[int, memoryview]] = collections.deque()  # at most one per peer per round
         self._closed = False
         self._stats = listener_stats(truncated=0)  # truncated: peers that left in the middle of a message
         # The socket and its directory go at close(), or when the listener is collected, or at exit.
@@ -197,32 +257,86 @@ class UdsListener:
     def _accept(self) -> None:
         try:
             sock, _ = self._server.accept()
-        except BlockingIOError:
-            return  # the peer gave up before we got to it
-        sock.setblocking(True)  # read only when the selector says so; sends wait until written
+        except OSError:  # the peer gave up before we got to it, or no descriptors left: the others go on
+            return
+        sock.setblocking(False)  # reads only when the selector says so; writes take what fits now
         peer = next(self._peer_ids)
-        self._peers[peer] = (sock, _Reader(self._limit))
+        self._peers[peer] = _Peer(sock, self._limit)
         self._selector.register(sock, selectors.EVENT_READ, peer)
 
-    def _drop(self, peer: int) -> None:
-        sock, _ = self._peers.pop(peer)
-        self._selector.unregister(sock)
-        sock.close()
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule); what
+        it sent that was not handed out yet, and what waited in its outbox, go with it."""
+        if peer in self._peers:
+            self._ready = collections.deque(item for item in self._ready if item[0] != peer)
+            self._close(peer, fault)
+
+    def _close(self, peer: int, fault: str | None = None) -> None:
+        """Close one peer's connection; a message it sent that arrived whole is still handed out (it
+        left, or broke the framing after it)."""
+        entry = self._peers.pop(peer, None)
+        if entry is None:
+            return
+        if fault is not None:
+            self._stats[fault] += 1
+            self._stats["dropped_peers"] += 1
+        entry.outbox.clear()
+        self._selector.unregister(entry.sock)
+        entry.sock.close()
 
     def _read(self, peer: int) -> None:
-        sock, reader = self._peers[peer]
+        reader = self._peers[peer].reader
         try:
-            message = reader.read(sock)
+            message = reader.read(self._peers[peer].sock)
+        except BlockingIOError:  # nothing after all
+            return
         except (EOFError, OSError):  # the peer left (or its socket failed): drop it alone
             self._stats["truncated"] += reader.mid_message
-            self._drop(peer)
+            self._close(peer)
             return
         if reader.refused:
-            self._stats["refused_oversize"] += 1
-            self._stats["dropped_peers"] += 1
-            self._drop(peer)
+            self._close(peer, "refused_oversize")
         elif message is not None:
             self._ready.append((peer, message))
+
+    def _flush(self, peer: int) -> None:
+        """Write what the peer's socket takes now of its outbox; stop watching for room once it is empty."""
+        entry = self._peers[peer]
+
+        def write(view: memoryview) -> int:
+            try:
+                return entry.sock.send(view)
+            except BlockingIOError:
+                return -1  # full: the rest waits for the selector
+
+        try:
+            emptied = entry.outbox.flush(write)
+        except OSError:  # the peer went away with messages still queued: nobody waits for them
+            self._close(peer)
+            return
+        if emptied:
+            self._watch(peer, selectors.EVENT_READ)
+
+    def _watch(self, peer: int, events: int) -> None:
+        entry = self._peers[peer]
+        if entry.events != events:
+            entry.events = events
+            self._selector.modify(entry.sock, events, peer)
+
+    def _poll(self, timeout: float | None) -> bool:
+        """One look at the sockets (waiting up to `timeout`): accept newcomers, write to peers with
+        room, take one receive from each peer with data. False when nothing was ready."""
+        events = self._selector.select(timeout)
+        for key, mask in events:
+            peer = key.data
+            if peer is None:
+                self._accept()
+                continue
+            if mask & selectors.EVENT_WRITE and peer in self._peers:
+                self._flush(peer)
+            if mask & selectors.EVENT_READ and peer in self._peers:
+                self._read(peer)
+        return bool(events)
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
@@ -230,13 +344,7 @@ class UdsListener:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ready:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            events = self._selector.select(remaining)
-            for key, _ in events:
-                if key.data is None:
-                    self._accept()
-                elif key.data in self._peers:
-                    self._read(key.data)
-            if not events and remaining is not None and remaining <= 0:
+            if not self._poll(remaining) and remaining is not None and remaining <= 0:
                 return None
         peer, message = self._ready.popleft()
         self._stats["messages_received"] += 1
@@ -249,11 +357,27 @@ class UdsListener:
         entry = self._peers.get(peer)
         if entry is None:
             raise not_connected(SCHEME, peer, self.address)
-        try:
-            size = _send(entry[0], parts, self._limit)
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            self._drop(peer)
-            raise TransportClosedError(f"uds: peer {peer} went away ({exc})") from None
+        buffers, size = _framed(parts, self._limit)
+        if entry.outbox:  # earlier messages first: the peer may have read since
+            self._flush(peer)
+            if peer not in self._peers:
+                raise TransportClosedError(f"uds: peer {peer} went away")
+        written = 0
+        if not entry.outbox:
+            try:
+                written = _send_now(entry.sock, buffers)
+            except OSError as exc:  # reset, broken pipe: that peer is gone
+                self._close(peer)
+                raise TransportClosedError(f"uds: peer {peer} went away ({exc})") from None
+        if written < _LENGTH.size + size:  # the rest waits in the outbox, a copy (the caller may reuse its buffers)
+            rest = joined(buffers, written)
+            if not entry.outbox.admits(len(rest), self._max_queued):
+                waiting = entry.outbox.queued
+                self.drop(peer, "slow_consumers")
+                raise SlowConsumerError(f"uds: peer {peer} was dropped: it did not read what was sent to it "
+                                        f"({waiting} bytes waiting, max_queued_bytes={self._max_queued})")
+            entry.outbox.push(rest)
+            self._watch(peer, selectors.EVENT_READ | selectors.EVENT_WRITE)
         self._stats["messages_sent"] += 1
         self._stats["bytes_sent"] += size
 
@@ -270,7 +394,7 @@ class UdsListener:
             return
         self._closed = True
         for peer in list(self._peers):
-            self._drop(peer)
+            self._close(peer)
         self._selector.close()
         self._server.close()
         self._remove()
@@ -285,12 +409,15 @@ def _private_directory() -> str:
 
 
 class UdsTransport:
-    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability)."""
+    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability);
+    `max_queued_bytes`: how much a listener holds for one peer that does not read (MAX_QUEUED_BYTES
+    of rlbench.kit.framing by default)."""
 
     capabilities = CAPABILITIES
 
-    def __init__(self, max_message_bytes: int | None = None) -> None:
+    def __init__(self, max_message_bytes: int | None = None, max_queued_bytes: int | None = None) -> None:
         self.max_message_bytes = message_limit(max_message_bytes, CAPABILITIES.max_message_bytes, SCHEME)
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, SCHEME)
 
     def listen(self, address: str | None = None) -> UdsListener:
         """On a socket in a new private directory, or at the path `address` names (its directory is yours)."""
@@ -307,7 +434,7 @@ class UdsTransport:
                 _remove(path, directory, os.getpid())
             raise AddressError(f"uds: cannot listen on {path}: {exc.strerror or exc}") from None
         server.setblocking(False)
-        return UdsListener(server, path, directory, self.max_message_bytes)
+        return UdsListener(server, path, directory, self.max_message_bytes, self.max_queued_bytes)
 
     def connect(self, address: str, timeout: float = 10.0) -> UdsConnection:
         path = split_address(address, SCHEME)

@@ -13,6 +13,19 @@ Ray actor calls may start out of order on an async actor, so each caller numbers
 inbox applies them in order. The inbox shares its owner's fate: when the listener's process ends,
 its peers' next receive raises TransportClosedError.
 
+A slow peer stalls no one: the listener's `send` is one actor call it does not wait for (it waits
+only when more than _IN_FLIGHT of its calls are unfinished, for the oldest, which no peer holds up).
+What it sends a peer waits in that peer's outbox in the inbox (a `rlbench.kit.framing.Outbox`) until
+the peer takes it; the outbox is bounded by the transport option `max_queued_bytes`
+(MAX_QUEUED_BYTES by default; a message into an empty outbox is always taken). A peer whose outbox
+would pass the bound is dropped there, by the inbox: what waited for it is forgotten and its next
+call says it was dropped. The listener learns of it asynchronously, with no call of its own: from
+a "slow" event among what its next `recv` takes (its takes come in order after its replies), or,
+when it only sends, from the result of the overflowing reply once its pacing waits for that call
+(at most _IN_FLIGHT sends later). It then counts the drop (`slow_consumers`, `dropped_peers`), and
+its next `send` to that peer raises SlowConsumerError: not necessarily the send that overflowed,
+unlike the socket transports. What it sends that peer in between is forgotten by the inbox.
+
 Address: ``ray://GCS_HOST:PORT/NAME`` (the cluster, and the inbox's name in the `rlbench-transport`
 namespace). A process not yet connected to Ray joins that cluster; a listener in a process not
 connected to Ray joins the cluster in RAY_ADDRESS, or starts a small Ray of its own (stopped when
@@ -36,7 +49,9 @@ from rlbench.builtin.capabilities import RAY as CAPABILITIES
 from rlbench.builtin.capabilities import RAY_REQUIREMENT
 from rlbench.kit.framing import (
     AddressError,
+    Outbox,
     RequestReply,
+    SlowConsumerError,
     TransportClosedError,
     byte_views,
     check_size,
@@ -45,6 +60,7 @@ from rlbench.kit.framing import (
     message_limit,
     new_stats,
     not_connected,
+    queued_bytes_limit,
     split_address,
 )
 from rlbench.protocols import Probe, probe_modules
@@ -115,12 +131,16 @@ def _parse(address: str) -> tuple[str, str]:
 
 
 class RayInbox:
-    """The Ray actor behind a listener (async: calls that wait do not block the others)."""
+    """The Ray actor behind a listener (async: calls that wait do not block the others).
 
-    def __init__(self) -> None:
+    Events for the listener, in `take`: ("join", peer), ("message", peer, bytes), ("leave", peer),
+    and ("slow", peer) when the inbox dropped a peer whose outbox would have passed the bound."""
+
+    def __init__(self, max_queued_bytes: int) -> None:
         self._changed = asyncio.Condition()
         self._inbound: collections.deque[tuple[str, int, bytes]] = collections.deque()  # (event, peer, message)
-        self._outbound: dict[int, collections.deque[bytes]] = {}
+        self._outbound: dict[int, Outbox] = {}  # per peer: what the listener sent it, not yet taken
+        self._max_queued = max_queued_bytes
         self._expected: dict[int, int] = {}  # caller -> the sequence number of its next call
         self._peer_ids = itertools.count(1)
         self._closed = False
@@ -134,7 +154,7 @@ class RayInbox:
         async with self._changed:
             peer = next(self._peer_ids)
             if not self._closed:
-                self._outbound[peer] = collections.deque()
+                self._outbound[peer] = Outbox()
                 self._inbound.append(("join", peer, b""))
             self._changed.notify_all()
             return peer if not self._closed else 0
@@ -153,19 +173,34 @@ class RayInbox:
                 self._inbound.append(("leave", peer, b""))
             self._changed.notify_all()
 
-    async def take(self, timeout: float | None) -> list[tuple[str, int, bytes]]:
+    async def take(self, timeout: float | None, seq: int | None = None) -> list[tuple[str, int, bytes]]:
+        """What arrived (waiting up to `timeout` for something). `seq`: the listener's number for this
+        call, so that it comes after the listener's earlier replies and sees the drops they caused."""
         async with self._changed:
+            if seq is not None:
+                await self._turn(_LISTENER, seq)
             await self._wait(lambda: bool(self._inbound) or self._closed, timeout)
             taken = list(self._inbound)
             self._inbound.clear()
             return taken
 
-    async def reply(self, seq: int, peer: int, message: bytes) -> None:
+    async def reply(self, seq: int, peer: int, message: bytes) -> int | None:
+        """Into the peer's outbox; or, when that would pass the bound, the peer is dropped (a slow
+        consumer), the listener told with a "slow" event, and the peer returned (the listener reads
+        it too when it waits for this call to finish)."""
         async with self._changed:
             await self._turn(_LISTENER, seq)
-            if peer in self._outbound:
-                self._outbound[peer].append(message)
+            outbox = self._outbound.get(peer)
+            dropped = None
+            if outbox is not None:
+                if outbox.admits(len(message), self._max_queued):
+                    outbox.push(message)
+                else:
+                    del self._outbound[peer]
+                    self._inbound.append(("slow", peer, b""))
+                    dropped = peer
             self._changed.notify_all()
+            return dropped
 
     async def drop(self, seq: int, peer: int) -> None:
         async with self._changed:
@@ -179,11 +214,11 @@ class RayInbox:
         async with self._changed:
             await self._wait(lambda: peer not in self._outbound or bool(self._outbound[peer]) or self._closed,
                              timeout)
-            queue = self._outbound.get(peer)
-            if not queue:
-                return None if queue is None or self._closed else []
-            taken = list(queue)
-            queue.clear()
+            outbox = self._outbound.get(peer)
+            if not outbox:
+                return None if outbox is None or self._closed else []
+            taken = [view.obj for view in outbox.messages]  # the bytes each reply pushed (a view of them)
+            outbox.clear()
             self._changed.notify_all()
             return taken
 
@@ -210,14 +245,16 @@ class RayInbox:
             pass
 
 
-def _pace(ray: Any, in_flight: collections.deque, ref: Any) -> None:
-    """Keep at most _IN_FLIGHT one-way calls unfinished: a sender never outruns the inbox by more."""
+def _pace(ray: Any, in_flight: collections.deque, ref: Any) -> Any:
+    """Keep at most _IN_FLIGHT one-way calls unfinished: a sender never outruns the inbox by more.
+    What the oldest call returned when this waited for it, else None."""
     in_flight.append(ref)
     if len(in_flight) > _IN_FLIGHT:
         try:
-            ray.get(in_flight.popleft())
+            return ray.get(in_flight.popleft())
         except ray.exceptions.RayActorError:
             raise TransportClosedError("ray: the inbox is gone") from None
+    return None
 
 
 def _joined(parts: tuple[Any, ...], limit: int) -> bytes:
@@ -229,12 +266,11 @@ def _joined(parts: tuple[Any, ...], limit: int) -> bytes:
 class _InboxCaller:
     """What both ends keep about their calls into an inbox: their numbering, and counters."""
 
-    _seq = 0
+    _seqs: Iterator[int]  # itertools.count(): next() on it is atomic, so calls from two threads never share a number
     _stats: dict[str, int]
 
     def _next_seq(self) -> int:
-        seq, self._seq = self._seq, self._seq + 1
-        return seq
+        return next(self._seqs)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -250,6 +286,7 @@ class RayConnection(_InboxCaller, RequestReply):
         self._limit = limit
         self._ready: collections.deque[bytes] = collections.deque()
         self._in_flight: collections.deque[Any] = collections.deque()
+        self._seqs = itertools.count()
         self._closed = False
         self._stats = new_stats()
 
@@ -325,8 +362,10 @@ class RayListener(_InboxCaller):
         self._limit = limit
         self._owns_ray = owns_ray
         self._peers: set[int] = set()
+        self._slow: set[int] = set()  # dropped by the inbox as slow consumers; the next send to each raises
         self._ready: collections.deque[tuple[int, bytes]] = collections.deque()
         self._in_flight: collections.deque[Any] = collections.deque()
+        self._seqs = itertools.count()
         self._closed = False
         self._stats = listener_stats()
 
@@ -336,14 +375,35 @@ class RayListener(_InboxCaller):
                 self._peers.add(peer)
             elif event == "leave":
                 self._peers.discard(peer)
+            elif event == "slow":
+                self._dropped_slow(peer)
             elif peer in self._peers:
                 if len(message) > self._limit:  # refused, and the peer dropped (the stream cannot go on)
-                    self._stats["refused_oversize"] += 1
-                    self._stats["dropped_peers"] += 1
-                    self._peers.discard(peer)
-                    self._inbox.drop.remote(self._next_seq(), peer)
+                    self.drop(peer, "refused_oversize")
                 else:
                     self._ready.append((peer, message))
+
+    def _dropped_slow(self, peer: int) -> None:
+        """The inbox dropped this peer as a slow consumer (told by an event, or by a reply's result)."""
+        if peer in self._peers:
+            self._peers.discard(peer)
+            self._slow.add(peer)
+            self._stats["slow_consumers"] += 1
+            self._stats["dropped_peers"] += 1
+
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule): what
+        waited for it in the inbox is forgotten, and its next call says it was dropped."""
+        if peer not in self._peers:
+            return
+        self._peers.discard(peer)
+        if fault is not None:
+            self._stats[fault] += 1
+            self._stats["dropped_peers"] += 1
+        try:
+            self._inbox.drop.remote(self._next_seq(), peer)
+        except Exception:  # the inbox (or Ray) is gone: so is the peer's connection
+            pass
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:
         if self._closed:
@@ -352,7 +412,7 @@ class RayListener(_InboxCaller):
         while not self._ready:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                self._absorb(self._ray.get(self._inbox.take.remote(remaining)))
+                self._absorb(self._ray.get(self._inbox.take.remote(remaining, self._next_seq())))
             except self._ray.exceptions.RayActorError:
                 raise TransportClosedError(f"ray: the inbox of {self.address} is gone") from None
             if not self._ready and remaining is not None and time.monotonic() >= deadline:
@@ -366,11 +426,22 @@ class RayListener(_InboxCaller):
         if self._closed:
             raise listener_closed("ray", self.address)
         if peer not in self._peers:
+            self._raise_if_slow(peer)
             raise not_connected("ray", peer, self.address)
         message = _joined(parts, self._limit)
-        _pace(self._ray, self._in_flight, self._inbox.reply.remote(self._next_seq(), peer, message))
+        dropped = _pace(self._ray, self._in_flight, self._inbox.reply.remote(self._next_seq(), peer, message))
+        if dropped:  # an earlier reply found its peer's outbox full: the inbox dropped that peer
+            self._dropped_slow(dropped)
+            self._raise_if_slow(peer)  # this very peer: this message was not taken either
         self._stats["messages_sent"] += 1
         self._stats["bytes_sent"] += len(message)
+
+    def _raise_if_slow(self, peer: int) -> None:
+        """Once, for a peer the inbox dropped as a slow consumer: SlowConsumerError."""
+        if peer in self._slow:
+            self._slow.discard(peer)
+            raise SlowConsumerError(f"ray: peer {peer} was dropped: it did not take what was sent to it (its "
+                                    f"outbox in the inbox would have passed max_queued_bytes)")
 
     @property
     def peers(self) -> list[int]:
@@ -390,12 +461,15 @@ class RayListener(_InboxCaller):
 
 
 class RayTransport:
-    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability)."""
+    """`max_message_bytes`: the largest message this side sends or accepts (at most the capability);
+    `max_queued_bytes`: how much a listener's inbox holds for one peer that does not take what it is
+    sent (MAX_QUEUED_BYTES of rlbench.kit.framing by default)."""
 
     capabilities = CAPABILITIES
 
-    def __init__(self, max_message_bytes: int | None = None) -> None:
+    def __init__(self, max_message_bytes: int | None = None, max_queued_bytes: int | None = None) -> None:
         self.max_message_bytes = message_limit(max_message_bytes, CAPABILITIES.max_message_bytes, "ray")
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "ray")
 
     def listen_address(self, host: str) -> None:
         """The inbox is placed on the listener's own node and found by name: nothing to bind."""
@@ -408,7 +482,8 @@ class RayTransport:
 
         here = ray.get_runtime_context().get_node_id()
         inbox = ray.remote(num_cpus=0, max_concurrency=1000)(RayInbox).options(
-            name=name, namespace=NAMESPACE, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
+            name=name, namespace=NAMESPACE, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        ).remote(self.max_queued_bytes)
         ray.get(inbox.take.remote(0))  # started and serving
         cluster = ray.get_runtime_context().gcs_address
         return RayListener(ray, inbox, f"ray://{cluster}/{name}", self.max_message_bytes, owns_ray)
