@@ -11,6 +11,10 @@ million runs; give the factory a seed to make it reproducible), after `add` and 
 (N P(i))**-beta / max_j (N P(j))**-beta with the maximum over the whole memory, which small
 batches tell apart from a per-batch normalisation. A uniform memory must sample uniformly, also
 after priority updates, and return weights of one.
+
+A memory may hand out arrays that live on a device (torch tensors on a GPU, which numpy cannot
+read): the kit compares every index, row and weight through a host copy it makes itself
+(`rlbench.arrays.to_host`), so a memory is never asked to leave its device for the kit's sake.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rlbench.arrays import to_host
 from rlbench.errors import RlbenchError
 from rlbench.protocols import ReplayCapabilities, ReplayMemory
 
@@ -93,7 +98,7 @@ def _rows(fields: dict[str, tuple[str, tuple[int, ...]]], items: np.ndarray) -> 
 
 def _check_rows(fields: dict[str, Any], sample: Any, slot_item: dict[int, int], batch_size: int) -> np.ndarray:
     """Shapes, dtypes, and each row equal to what was stored at its index; returns the items."""
-    indices = np.asarray(sample.indices)
+    indices = to_host(sample.indices)
     assert indices.dtype == np.int64 and indices.shape == (batch_size,), (
         f"Sample.indices must be int64 of shape ({batch_size},), got {indices.dtype}{list(indices.shape)}")
     unknown = sorted({int(i) for i in indices} - set(slot_item))
@@ -103,15 +108,15 @@ def _check_rows(fields: dict[str, Any], sample: Any, slot_item: dict[int, int], 
     items = np.array([slot_item[int(i)] for i in indices], dtype=np.int64)
     expected = _rows(fields, items)
     for name, (dtype, shape) in fields.items():
-        got = sample.transitions[name]
-        assert isinstance(got, np.ndarray) and got.dtype == np.dtype(dtype) and got.shape == (batch_size, *shape), (
+        got = to_host(sample.transitions[name])
+        assert got.dtype == np.dtype(dtype) and got.shape == (batch_size, *shape), (
             f"field {name!r}: sampled {getattr(got, 'dtype', type(got))}{list(getattr(got, 'shape', []))}, "
             f"stored {dtype}{[batch_size, *shape]}")
         wrong = np.flatnonzero(~np.all((got == expected[name]).reshape(batch_size, -1), axis=1))
         assert wrong.size == 0, (
             f"field {name!r}: the row sampled at index {int(indices[wrong[0]])} is not the row stored there "
             f"(got {got[wrong[0]]!r}, stored {expected[name][wrong[0]]!r})")
-    weights = np.asarray(sample.weights)
+    weights = to_host(sample.weights)
     assert weights.dtype == np.float32 and weights.shape == (batch_size,), (
         f"Sample.weights must be float32 of shape ({batch_size},), got {weights.dtype}{list(weights.shape)}")
     assert np.all(np.isfinite(weights)) and np.all(weights > 0) and np.all(weights <= 1 + 1e-6), (
@@ -123,7 +128,7 @@ def _add(memory: Any, fields: dict[str, Any], items: range | list[int], slot_ite
          priorities: np.ndarray | None = None) -> np.ndarray:
     items = list(items)
     indices = memory.add(_rows(fields, np.array(items)), priorities)
-    indices = np.asarray(indices)
+    indices = to_host(indices)
     assert np.issubdtype(indices.dtype, np.integer) and indices.shape == (len(items),), (
         f"add() must return one integer index per item, got {indices.dtype}{list(indices.shape)}")
     assert np.all((indices >= 0) & (indices < memory.capacity)), f"add() returned indices {indices} outside [0, capacity)"
@@ -153,7 +158,7 @@ def _check_storage(memory: Any, fields: dict[str, Any], prioritized: bool) -> di
     assert set(items.tolist()) == set(range(3, 11)), (
         f"256 draws from 8 equally likely items missed some: saw {sorted(set(items.tolist()))}")
     if not prioritized:
-        assert np.all(memory.sample(32, 0.7).weights == 1.0), "a uniform memory must return weights of 1"
+        assert np.all(to_host(memory.sample(32, 0.7).weights) == 1.0), "a uniform memory must return weights of 1"
     memory.update_priorities(np.array(sorted(slot_item)[:4]), np.array([0.5, 1.0, 2.0, 0.1]))
     stats = memory.stats()
     assert isinstance(stats, dict), f"stats() must return a dict, got {type(stats).__name__}"
@@ -262,7 +267,7 @@ def _draw(memory: Any, fields: dict[str, Any], slot_item: dict[int, int], beta: 
         sample = memory.sample(DRAW_BATCH, beta)
         items = _check_rows(fields, sample, slot_item, DRAW_BATCH)
         counts += np.bincount(items, minlength=STAT_ITEMS)
-        batches.append((items, np.asarray(sample.weights)))
+        batches.append((items, to_host(sample.weights)))
     return counts, batches
 
 
@@ -337,7 +342,7 @@ def _check_prioritized_law(factory: Callable[[int], Any], fields: dict[str, Any]
         for _ in range(50):
             sample = memory.sample(4, beta)
             items = _check_rows(fields, sample, slot_item, 4)
-            _check_weights(np.asarray(sample.weights), expected_weight(items, beta), beta)
+            _check_weights(to_host(sample.weights), expected_weight(items, beta), beta)
     return p_values
 
 
