@@ -321,6 +321,10 @@ class RayConnection(_InboxCaller, RequestReply):
         if not self._ready:
             return None
         message = self._ready.popleft()
+        if len(message) > self._limit:  # this side's receive limit: the stream cannot go on past it
+            self.close()
+            raise TransportClosedError(f"ray: {self._address} sent a message of {len(message)} bytes, over this "
+                                       f"side's max_message_bytes={self._limit}; the connection is closed")
         self._stats["messages_received"] += 1
         self._stats["bytes_received"] += len(message)
         return memoryview(message)
