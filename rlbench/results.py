@@ -277,6 +277,21 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
                  f"{_fmt(field(result, 'accounting.stored', int))} + dropped {_fmt(dropped)}"
                  + (f" {acc.get('dropped_by_cause')}" if dropped else ""))
     memory = field(result, "replay_stats", dict)
+        steps, values = _curve_points(curve, "learning_curve")
+        window = min(10, len(values))
+        smoothed = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+                    for i in range(len(values))]
+        lines.append(f"  learning curve (mean of the last {window} training returns, over env steps): "
+                     + _sparkline(steps, smoothed))
+    periodic = field(result, "evaluation_curve", dict)
+    if periodic:
+        points = field(result, "evaluation_curve.points", list) or []
+        if points:
+            steps, values = _curve_points(points, "evaluation_curve.points")
+            lines.append(f"  evaluation curve (greedy, {_fmt(periodic.get('episodes'))} episodes every "
+                         f"{_fmt(periodic.get('every'))} env steps): " + _sparkline(steps, values))
+            lines.append("    env steps " + " ".join(f"{s:>8,}" for s in steps))
+            lines.append("    return    " + " ".join(f"{v:>8.1f}" for v in values))
     if memory:
         line = f"  replay memory: {_fmt(memory.get('size'))} of {_fmt(memory.get('capacity'))} stored, " \
                f"{_fmt(memory.get('overwritten'))} overwritten"
@@ -292,6 +307,40 @@ def _device_text(device: dict[str, Any]) -> str:
     extra = [str(device[k]) for k in ("platform", "type") if device.get(k)]
     if extra:
         text += f" ({', '.join(extra)})"
+SPARKS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 48
+
+
+def _curve_points(points: list[Any], name: str) -> tuple[list[int], list[float]]:
+    """(env steps, returns) of a curve's points; anything else is a one-line RlbenchError."""
+    steps, values = [], []
+    for point in points:
+        step = point.get("step") if isinstance(point, dict) else None
+        value = point.get("return") if isinstance(point, dict) else None
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (step, value)):
+            raise RlbenchError(f"field {name!r} should hold objects with a numeric 'step' and 'return'")
+        steps.append(int(step))
+        values.append(float(value))
+    return steps, values
+
+
+def _sparkline(steps: list[int], values: list[float]) -> str:
+    """The curve as one line of block characters: SPARK_WIDTH columns over env steps, each the last
+    value reached by then, scaled between the curve's min and max."""
+    low, high = min(values), max(values)
+    first, last = steps[0], steps[-1]
+    width = min(SPARK_WIDTH, len(values))
+    columns, index = [], 0
+    for column in range(width):
+        until = first + (last - first) * (column + 1) / width
+        while index + 1 < len(steps) and steps[index + 1] <= until:
+            index += 1
+        columns.append(values[index])
+    span = high - low
+    marks = "".join(SPARKS[int((v - low) / span * (len(SPARKS) - 1))] if span > 0 else SPARKS[0] for v in columns)
+    return f"{marks}  {values[0]:,.1f} -> {values[-1]:,.1f} (min {low:,.1f}, max {high:,.1f}; steps {first:,}..{last:,})"
+
+
     if device.get("emulation"):
         text += f" [emulated: {device.get('emulation_kind') or 'emulation'}]"
     return text

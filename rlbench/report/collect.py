@@ -34,6 +34,18 @@ class Run:
     def complete(self) -> bool:
         return self.data.get("status") == "complete"
 
+    @property
+    def env(self) -> str:
+        return str((self.data.get("config") or {}).get("env"))
+
+    @property
+    def contention(self) -> str | None:
+        """Why the run's machine was contended (its machine_state warning), None when it was not."""
+        state = self.data.get("machine_state")
+        if isinstance(state, dict) and (state.get("contended") or state.get("warning")):
+            return str(state.get("warning") or "contended").removeprefix("measured on a contended machine: ")
+        return None
+
     def settings(self) -> dict[str, Any]:
         """The run's configuration as flat keys (hp.NAME, options.KIND.PARAM), seed left out."""
         config = self.data.get("config") or {}
@@ -60,6 +72,7 @@ class Combination:
     runs: list[Run] = field(default_factory=list)  # complete runs: the statistics are over these
     incomplete: list[Run] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    superseded: list[Run] = field(default_factory=list)  # a cell's contended run, rerun quiet (--rerun-contended)
 
 
 @dataclass
@@ -69,16 +82,40 @@ class Group:
     name: str
     axes: list[str]
     combinations: list[Combination]
-    target_return: float | None = None
+    target_return: float | dict[str, float] | None = None  # one for every environment, or per environment
     target_window: int = 10
     concurrent_cells: int = 1
     from_sweep: bool = False
+    reference_scores: dict[str, Any] = field(default_factory=dict)  # env -> ReferenceScore (built-in + the study's)
+    prices: dict[str, float] = field(default_factory=dict)  # device kind -> USD per hour (--price)
 
     def runs(self) -> list[Run]:
         return [run for combination in self.combinations for run in combination.runs]
 
     def all_runs(self) -> list[Run]:
-        return [run for c in self.combinations for run in (*c.runs, *c.incomplete)]
+        return [run for c in self.combinations for run in (*c.runs, *c.incomplete, *c.superseded)]
+
+    def target_for(self, env: str) -> float | None:
+        if isinstance(self.target_return, dict):
+            return self.target_return.get(env)
+        return self.target_return
+
+    @property
+    def has_target(self) -> bool:
+        return bool(self.target_return) or self.target_return == 0.0
+
+    def target_text(self) -> str:
+        """'return 100' or 'target' (per environment), for labels."""
+        if isinstance(self.target_return, dict):
+            return "target"
+        return f"return {self.target_return:g}"
+
+    def envs(self) -> list[str]:
+        return list(dict.fromkeys(run.env for run in self.runs()))
+
+    def contended(self) -> list[Run]:
+        """Every run of the study measured on a contended machine, superseded ones too."""
+        return [run for run in self.all_runs() if run.contention]
 
 
 @dataclass
@@ -174,7 +211,27 @@ def _hashable(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def group(inputs: Inputs, *, target_return: float | None = None, target_window: int | None = None) -> list[Group]:
+def _preferred(runs: list[Run]) -> tuple[Run, list[Run]]:
+    """Of one cell's complete runs (a contended one and its reruns), the one the statistics use: the
+    last measured on a quiet machine, else the last; and the others, kept beside it."""
+    quiet = [run for run in runs if not run.contention]
+    chosen = (quiet or runs)[-1]
+    return chosen, [run for run in runs if run is not chosen]
+
+
+def reference_scores(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The built-in environments' random and reference scores, with the study's own over them."""
+    from rlbench.builtin.reference_scores import REFERENCE_SCORES, ReferenceScore
+
+    scores: dict[str, Any] = dict(REFERENCE_SCORES)
+    for block in blocks:
+        for env, entry in (block.get("reference_scores") or {}).items():
+            scores[env] = ReferenceScore(float(entry["random"]), float(entry["reference"]), "the study file's")
+    return scores
+
+
+def group(inputs: Inputs, *, target_return: float | None = None, target_window: int | None = None,
+          prices: dict[str, float] | None = None) -> list[Group]:
     """Studies with their combinations, in the order the sweep's axes (or the files) give."""
     by_study: dict[str, list[Run]] = {}
     for run in inputs.runs:
@@ -199,11 +256,20 @@ def group(inputs: Inputs, *, target_return: float | None = None, target_window: 
             axes = [k for k in keys if len({_hashable(s.get(k)) for s in settings.values()}) > 1]
             values_of = {id(run): {a: settings[id(run)].get(a) for a in axes} for run in runs}
         combinations: dict[str, Combination] = {}
-        for run in runs:
+        by_cell: dict[tuple[str, str], list[Run]] = {}
+        for run in sorted(runs, key=lambda r: _number((r.data.get("timing") or {}).get("started_unix"))):
             values = values_of[id(run)]
             key = _hashable(values)
             combination = combinations.setdefault(key, Combination(_label(values), values))
-            (combination.runs if run.complete else combination.incomplete).append(run)
+            cell = (run.study or {}).get("cell")
+            if run.complete and cell is not None:
+                by_cell.setdefault((key, str(cell)), []).append(run)
+            else:
+                (combination.runs if run.complete else combination.incomplete).append(run)
+        for (key, _), cell_runs in by_cell.items():  # one run per cell; a rerun's other runs kept aside
+            chosen, others = _preferred(cell_runs)
+            combinations[key].runs.append(chosen)
+            combinations[key].superseded += others
         for failure in failures:
             values = {a: failure.study.get("combination", {}).get(a) for a in axes}
             combinations.setdefault(_hashable(values), Combination(_label(values), values)).failures.append(failure)
@@ -213,11 +279,18 @@ def group(inputs: Inputs, *, target_return: float | None = None, target_window: 
             combination.failures = [f for f in combination.failures if f.study.get("cell") not in done]
         first = blocks[0] if blocks else {}
         target = target_return if target_return is not None else first.get("target_return")
+        if isinstance(target, (int, float)):
+            target = float(target)
         window = target_window or first.get("target_window") or 10
         ordered = _ordered(list(combinations.values()), blocks, axes)
-        groups.append(Group(name, axes, ordered, None if target is None else float(target), int(window),
-                            max([int(b.get("concurrent_cells") or 1) for b in blocks] or [1]), bool(blocks)))
+        groups.append(Group(name, axes, ordered, target, int(window),
+                            max([int(b.get("concurrent_cells") or 1) for b in blocks] or [1]), bool(blocks),
+                            reference_scores(blocks), dict(prices or {})))
     return groups
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _ordered(combinations: list[Combination], blocks: list[dict[str, Any]], axes: list[str]) -> list[Combination]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.report.collect import Combination, Group, Inputs, Run
-from rlbench.report.measures import estimate, flat, measures, modelled_measures
+from rlbench.report.measures import estimate, flat, measures, modelled_measures, values
 
 MAX_LINES = 10  # per panel of the asv history: more is unreadable
 
@@ -72,45 +72,86 @@ def _curve(run: Run, x_key: str, window: int) -> tuple[np.ndarray, np.ndarray] |
     return x, y
 
 
-def learning_curves(group: Group) -> Figure | None:
+def _draw_band(ax, curves: list[tuple[np.ndarray, np.ndarray]], colour, label: str) -> str | None:
+    """The IQM over runs of curves sampled at their own x, on a common grid, with its band; returns
+    the band's kind ("ci" or "range") or None when nothing could be drawn."""
     from rlbench.report.stats import curve_band
 
+    if not curves:
+        return None
+    # from where every run has a point to where the last one ends; a run that ended earlier holds
+    # its last value (np.interp clamps), as a finished run's policy does
+    low, high = max(c[0][0] for c in curves), max(c[0][-1] for c in curves)
+    if not high > low:
+        return None
+    grid = np.linspace(low, high, 150)
+    matrix = np.stack([np.interp(grid, x, y) for x, y in curves])
+    centre, band_low, band_high, kind = curve_band(matrix)
+    ax.plot(grid, centre, color=colour, lw=1.8, label=f"{label} (n={len(curves)})")
+    if len(curves) > 1:
+        ax.fill_between(grid, band_low, band_high, color=colour, alpha=0.2, lw=0)
+    return kind
+
+
+def _band_words(kinds: set[str]) -> str:
+    if kinds == {"ci"}:
+        return "the band its 95 % bootstrap interval"
+    if kinds == {"range"}:
+        return "the band the range of the runs (fewer than 5 seeds: no interval)"
+    return "the band its 95 % bootstrap interval, or the range of the runs where fewer than 5 seeds ran"
+
+
+def _curve_panels(group: Group, read, y_label: str, title: str, what: str) -> Figure | None:
+    """Two panels (against env steps, against training wall time), one line per combination."""
     figure = _new(11, 3.8)
     axes = figure.subplots(1, 2, sharey=True)
-    drawn = False
+    kinds: set[str] = set()
     for index, combination in enumerate(group.combinations):
-        for ax, x_key, x_label in ((axes[0], "step", "env steps"), (axes[1], "time_s", "wall time (s)")):
-            curves = [c for c in (_curve(run, x_key, group.target_window) for run in combination.runs) if c]
-            if not curves:
-                continue
-            # from where every run has a point to where the last one ends; a run that ended earlier
-            # holds its last value (np.interp clamps), as a finished run's policy does
-            low, high = max(c[0][0] for c in curves), max(c[0][-1] for c in curves)
-            if not high > low:
-                continue
-            grid = np.linspace(low, high, 150)
-            matrix = np.stack([np.interp(grid, x, y) for x, y in curves])
-            centre, band_low, band_high = curve_band(matrix)
-            colour = _colour(index)
-            ax.plot(grid, centre, color=colour, lw=1.8, label=f"{combination.label} (n={len(curves)})")
-            if len(curves) > 1:
-                ax.fill_between(grid, band_low, band_high, color=colour, alpha=0.2, lw=0)
+        for ax, x_key, x_label in ((axes[0], "step", "env steps"), (axes[1], "time_s", "training wall time (s)")):
+            kind = _draw_band(ax, [c for c in (read(run, x_key) for run in combination.runs) if c], _colour(index),
+                              combination.label)
+            if kind:
+                kinds.add(kind)
             ax.set_xlabel(x_label)
-            drawn = True
-    if not drawn:
+    if not kinds:
         return None
+    targets = sorted({t for t in (group.target_for(env) for env in group.envs()) if t is not None})
     for ax in axes:
         _style(ax)
-        if group.target_return is not None:
-            ax.axhline(group.target_return, color="0.4", ls="--", lw=1)
-    axes[0].set_ylabel(f"training return (mean of last {group.target_window} episodes)")
+        for target in targets:
+            ax.axhline(target, color="0.4", ls="--", lw=1)
+    axes[0].set_ylabel(y_label)
     axes[0].legend(fontsize=8, loc="best")
-    figure.suptitle("learning curves: IQM over seeds, 95 % bootstrap band", fontsize=11)
-    return _png(figure, "Learning curves",
-                "Training return against env steps and against wall time; the line is the IQM over seeds at each "
-                "point, the band its 95 % bootstrap interval; a run that ended earlier holds its last value" + (f"; dashed: the target {group.target_return:g}"
-                                                                 if group.target_return is not None else "") + ".",
-                "measured")
+    figure.suptitle(f"{title}: IQM over seeds with {'95 % bootstrap band' if kinds == {'ci'} else 'band'}", fontsize=11)
+    return _png(figure, title.capitalize(),
+                f"{what} against env steps and against training wall time; the line is the IQM over seeds at each "
+                f"point, {_band_words(kinds)}; a run that ended earlier holds its last value"
+                + (f"; dashed: the target{'s' if len(targets) > 1 else ''} {', '.join(f'{t:g}' for t in targets)}"
+                   if targets else "") + ".", "measured")
+
+
+def learning_curves(group: Group) -> Figure | None:
+    def read(run: Run, x_key: str):
+        return _curve(run, x_key, group.target_window)
+
+    return _curve_panels(group, read, f"training return (mean of last {group.target_window} episodes)",
+                         "learning curves", "Training return (exploration on)")
+
+
+def evaluation_curves(group: Group) -> Figure | None:
+    """--eval-every's greedy returns against env steps and wall time."""
+    from rlbench.report.measures import evaluation_points
+
+    def read(run: Run, x_key: str):
+        points = [p for p in evaluation_points(run) if isinstance(p.get(x_key), (int, float))]
+        if len(points) < 2:
+            return None
+        return (np.array([p[x_key] for p in points], dtype=np.float64),
+                np.array([p["return"] for p in points], dtype=np.float64))
+
+    return _curve_panels(group, read, "greedy return (evaluation episodes)", "evaluation curves",
+                         "Greedy return of the learner's weights at each --eval-every point (episodes on a separate "
+                         "environment copy)")
 
 
 # --------------------------------------------------------------------------------- latency CDFs
@@ -210,27 +251,82 @@ def scaling(group: Group) -> Figure | None:
 
 
 def performance_profile(group: Group) -> Figure | None:
-    """Fraction of runs whose final greedy return exceeds each threshold (Agarwal et al.'s profile)."""
-    measure = next((m for m in measures(group) if m.key == "final_return"), None)
-    if measure is None:
+    """Agarwal et al.'s performance profile: the fraction of runs whose score exceeds each threshold,
+    with its stratified bootstrap band; over normalised scores per method when the study can be
+    aggregated over environments, else over the final greedy return per combination."""
+    from rlbench.report.aggregate import available, methods
+    from rlbench.report.stats import performance_profile as profile
+
+    normalised = len(group.envs()) > 1 and not available(group)
+    if normalised:
+        lines = {m.label: list(m.scores(group).values()) for m in methods(group)}
+        x_label, what = "normalised score τ", "normalised final score"
+    else:
+        measure = next((m for m in measures(group) if m.key == "final_return"), None)
+        if measure is None:
+            return None
+        lines = {c.label: values(measure, c, group) for c in group.combinations if c.runs}
+        x_label, what = "final greedy return τ", "final greedy return"
+    finite = [v for strata in lines.values() for stratum in strata for v in stratum if math.isfinite(v)]
+    if not finite:
         return None
-    scores = {c.label: np.array([v for v in flat(measure, c, group) if math.isfinite(v)]) for c in group.combinations}
-    everything = np.concatenate([s for s in scores.values() if s.size] or [np.zeros(1)])
-    taus = np.linspace(everything.min(), everything.max(), 200) if everything.size else np.zeros(1)
-    figure = _new(5.5, 3.6)
+    taus = np.linspace(min(finite), max(finite), 120) if max(finite) > min(finite) else np.array([min(finite)])
+    figure = _new(5.8, 3.8)
     ax = figure.subplots()
-    for index, (label, values) in enumerate(scores.items()):
-        if values.size:
-            ax.step(taus, [(values > tau).mean() for tau in taus], where="post", color=_colour(index),
-                    label=f"{label} (n={values.size})")
-    ax.set_xlabel("final greedy return τ")
+    banded = False
+    for index, (label, strata) in enumerate(lines.items()):
+        strata = [[v for v in stratum if math.isfinite(v)] for stratum in strata]
+        strata = [s for s in strata if s]
+        if not strata:
+            continue
+        centre, low, high = profile(strata, taus)
+        ax.step(taus, centre, where="post", color=_colour(index), label=f"{label} (n={sum(map(len, strata))})")
+        if not np.isnan(low).all():
+            ax.fill_between(taus, low, high, step="post", color=_colour(index), alpha=0.2, lw=0)
+            banded = True
+    ax.set_xlabel(x_label)
     ax.set_ylabel("fraction of runs > τ")
     ax.set_ylim(0, 1.02)
     _style(ax)
     ax.legend(fontsize=8)
     return _png(figure, "Performance profile",
-                "Fraction of runs (over seeds) whose final greedy return exceeds each threshold: a curve above "
-                "another dominates it.", "measured")
+                f"Fraction of runs whose {what} exceeds each threshold τ"
+                + (", every environment's runs pooled" if normalised else "")
+                + ("; the band is its 95 % stratified bootstrap interval" if banded else
+                   "; no band: fewer than 5 runs per environment") + ". A curve above another dominates it.",
+                "measured")
+
+
+def aggregate_intervals(group: Group) -> Figure | None:
+    """rliable's interval estimates: median, IQM, mean and optimality gap of normalised final scores
+    over every environment, per method, with their 95 % stratified bootstrap intervals."""
+    from rlbench.report.aggregate import aggregate_estimates, available
+
+    if available(group):
+        return None
+    rows = aggregate_estimates(group)
+    if not rows:
+        return None
+    names = list(rows[0][1])
+    figure = _new(3.0 * len(names) + 1.5, 0.5 * len(rows) + 1.6)
+    axes = figure.subplots(1, len(names), sharey=True)
+    for ax, name in zip(axes, names):
+        for index, (method, estimates) in enumerate(rows):
+            e = estimates[name]
+            if math.isfinite(e.low) and math.isfinite(e.high):
+                ax.barh(index, e.high - e.low, left=e.low, height=0.6, color=_colour(index), alpha=0.75)
+            ax.plot([e.value, e.value], [index - 0.3, index + 0.3], color="k", lw=1.5)
+        ax.set_title(name + (" ↓" if name == "optimality gap" else " ↑"), fontsize=10)
+        ax.set_xlabel("normalised score")
+        _style(ax)
+    axes[0].set_yticks(range(len(rows)), [method.label for method, _ in rows], fontsize=8)
+    axes[0].invert_yaxis()
+    envs = group.envs()
+    return _png(figure, "Aggregates over environments",
+                f"Normalised final scores, (score − random) / (reference − random), over {len(envs)} environment(s) "
+                f"({', '.join(envs)}): median and mean of the per-environment means, IQM of every run, optimality gap "
+                "(how far runs fall short of the reference; lower is better). Black tick: the estimate; bar: its 95 % "
+                "stratified bootstrap interval (none with fewer than 5 runs per environment).", "measured")
 
 
 def modelled(group: Group) -> Figure | None:
@@ -297,9 +393,13 @@ def time_split(group: Group) -> Figure | None:
                 "and rlbench's own bookkeeping, mean share over seeds.", "measured")
 
 
-def study_figures(group: Group) -> list[Figure]:
-    return [f for f in (learning_curves(group), performance_profile(group), scaling(group), time_split(group),
-                        latency_cdfs(group), modelled(group)) if f is not None]
+def study_figures(group: Group) -> dict[str, Figure]:
+    """The study's figures by name, in page order; absent where the study has no data for one."""
+    made = {"learning": learning_curves(group), "evaluation": evaluation_curves(group),
+            "aggregates": aggregate_intervals(group), "profile": performance_profile(group),
+            "scaling": scaling(group), "time_split": time_split(group), "latency": latency_cdfs(group),
+            "modelled": modelled(group)}
+    return {name: figure for name, figure in made.items() if figure is not None}
 
 
 # ---------------------------------------------------------------------- transports and asv history

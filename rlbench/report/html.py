@@ -7,13 +7,14 @@ import base64
 import html
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 from rlbench.report.collect import Group, Inputs, fingerprints
+from rlbench.report.compare import clock_words, contention_lines, default_measure, improvement_verdict
 from rlbench.report.figures import Figure, asv_history, study_figures, transport_sizes
-from rlbench.report.measures import Measure, estimate, flat, measures, modelled_measures
-from rlbench.report.stats import Estimate, probability_of_improvement
+from rlbench.report.measures import (Measure, energy_meters, estimate, measures, modelled_measures, paired_values,
+                                     target_curve, unpriced_devices)
+from rlbench.report.stats import MIN_RUNS, Estimate, probability_of_improvement, trimmed_per_end
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330; margin: 0;
@@ -37,6 +38,8 @@ figcaption { font-size: 12.5px; color: #465063; margin-top: 6px; }
 .fail { color: #a01c1c; } code { font-size: 12px; }
 .row { display: flex; flex-wrap: wrap; gap: 0 22px; }
 details { margin: 6px 0; } summary { cursor: pointer; color: #33405a; }
+.verdict { background: #eef6ee; border-left: 4px solid #3c8d40; padding: 6px 10px; margin: 8px 0; }
+.verdict ul { margin: 4px 0; } .clock { font-weight: 400; color: #5b6475; font-size: 13px; }
 """
 
 
@@ -53,8 +56,13 @@ def _number(value: float, digits: int) -> str:
 
 
 def _estimate_cell(e: Estimate, digits: int, best: bool) -> str:
-    ci = "" if math.isnan(e.low) else f"<br><span class='ci'>[{_number(e.low, digits)}, {_number(e.high, digits)}]</span>"
-    return f"<td class='{'best' if best else ''}'>{_number(e.value, digits)}{ci}</td>"
+    if math.isnan(e.low):
+        bracket = ""
+    elif e.kind == "range":
+        bracket = f"<br><span class='ci'>range [{_number(e.low, digits)}, {_number(e.high, digits)}]</span>"
+    else:
+        bracket = f"<br><span class='ci'>[{_number(e.low, digits)}, {_number(e.high, digits)}]</span>"
+    return f"<td class='{'best' if best else ''}'>{_number(e.value, digits)}{bracket}</td>"
 
 
 def _figure(figure: Figure) -> str:
@@ -65,14 +73,30 @@ def _figure(figure: Figure) -> str:
 
 
 def _best(estimates: list[Estimate], measure: Measure) -> int | None:
-    finite = [(i, e.value) for i, e in enumerate(estimates) if math.isfinite(e.value)]
-    if len(finite) < 2 and len(finite) == len([e for e in estimates if not math.isnan(e.value)]):
-        return None  # nothing to choose between
-    if not finite:
+    """The combination to bold: the best IQM, and only when its interval (or range) is apart from
+    every other combination's."""
+    shown = [(i, e) for i, e in enumerate(estimates) if not math.isnan(e.value)]
+    if len(shown) < 2:
         return None
     pick = max if measure.higher_is_better else min
-    index, value = pick(finite, key=lambda item: item[1])
-    return None if sum(1 for _, v in finite if v == value) > 1 else index
+    index, best = pick(shown, key=lambda item: item[1].value)
+    if all(best.separated_from(e) for i, e in shown if i != index):
+        return index
+    return None
+
+
+def _small_sample_note(group: Group) -> str:
+    sizes = [len(c.runs) for c in group.combinations if c.runs]
+    n = min(sizes, default=0)
+    if not n or n >= MIN_RUNS:
+        return (" Below each IQM, its 95 % stratified bootstrap interval (scipy, percentile method). Bold: the best IQM, "
+                "only when its interval lies apart from every other combination's.")
+    trims = trimmed_per_end(n)
+    return (f" With fewer than {MIN_RUNS} seeds (here as few as {n}) a bootstrap interval is about the runs' min..max "
+            f"and covers far less than 95 %, so below each IQM is the <b>range</b> of the runs, not an interval; the "
+            f"IQM of {n} runs trims {trims} run{'s' if trims != 1 else ''} at each end"
+            + (" (it is the mean)" if trims == 0 else "") + ". Bold: the best IQM, only when its range lies apart "
+            "from every other combination's.")
 
 
 def comparison_table(group: Group, found: list[Measure]) -> str:
@@ -89,12 +113,14 @@ def comparison_table(group: Group, found: list[Measure]) -> str:
         rows.append(f"<tr><td class='name'>{_e(combination.label)}</td><td>{status}</td>{cells}</tr>")
     head = "".join(f"<th>{_e(m.label)}{' ↑' if m.higher_is_better else ' ↓'}</th>" for m in found)
     return (f"<table><tr><th class='name'>combination</th><th>runs</th>{head}</tr>{''.join(rows)}</table>"
-            "<p class='meta'>Each cell: interquartile mean over seeds, below it the 95 % stratified bootstrap "
-            "interval (scipy, percentile method). Bold: the best IQM. ↑ higher is better, ↓ lower.</p>")
+            "<p class='meta'>Each cell: the interquartile mean (IQM) over seeds." + _small_sample_note(group)
+            + " ↑ higher is better, ↓ lower.</p>")
 
 
 def improvement_table(group: Group, measure: Measure) -> str:
-    combos = [c for c in group.combinations if c.runs]
+    from rlbench.report.aggregate import verdict_combinations
+
+    combos = verdict_combinations(group)
     if len(combos) < 2:
         return ""
     head = "".join(f"<th>{_e(c.label)}</th>" for c in combos)
@@ -105,14 +131,105 @@ def improvement_table(group: Group, measure: Measure) -> str:
             if row is column:
                 cells.append("<td>–</td>")
                 continue
-            p = probability_of_improvement(flat(measure, row, group), flat(measure, column, group),
+            p = probability_of_improvement(*paired_values(measure, row, column, group, group),
                                            higher_is_better=measure.higher_is_better)
-            verdict = "better" if p.low > 0.5 else ("worse" if p.high < 0.5 else "")
-            ci = "" if math.isnan(p.low) else f"<br><span class='ci'>[{p.low:.2f}, {p.high:.2f}]</span>"
-            cells.append(f"<td class='{verdict}'>{_number(p.value, 2)}{ci}</td>")
+            cells.append(_probability_cell(p))
         rows.append(f"<tr><td class='name'>{_e(row.label)}</td>{''.join(cells)}</tr>")
-    return (f"<h3>P(row beats column): {_e(measure.label)}</h3>"
+    return (f"<h3>P(row beats column): {_e(measure.label)} <span class='clock'>({_e(clock_words(measure))})</span></h3>"
             f"<table><tr><th class='name'>row \\ column</th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _probability_cell(p: Estimate) -> str:
+    verdict = "better" if p.low > 0.5 else ("worse" if p.high < 0.5 else "")
+    ci = "" if math.isnan(p.low) else f"<br><span class='ci'>[{p.low:.2f}, {p.high:.2f}]</span>"
+    return f"<td class='{verdict}'>{_number(p.value, 2)}{ci}</td>"
+
+
+def verdict_box(group: Group, found: list[Measure]) -> str:
+    """The study's verdict on its default clock (env steps to the target, else the final return):
+    the best IQM against each other combination, by the probability of improvement."""
+    from rlbench.report.aggregate import verdict_combinations
+
+    primary = default_measure(found)
+    combos = verdict_combinations(group)
+    if primary is None or len(combos) < 2:
+        return ""
+    estimates = [estimate(primary, c, group) for c in combos]
+    shown = [(c, e) for c, e in zip(combos, estimates) if not math.isnan(e.value)]
+    if not shown:
+        return ""
+    pick = max if primary.higher_is_better else min
+    leader, _ = pick(shown, key=lambda item: item[1].value)
+    items = []
+    for other in combos:
+        if other is leader:
+            continue
+        p = probability_of_improvement(*paired_values(primary, leader, other, group, group),
+                                       higher_is_better=primary.higher_is_better)
+        p_text = f"{p.value:.2f}" + ("" if math.isnan(p.low) else f" [{p.low:.2f}, {p.high:.2f}]")
+        items.append(f"<li>{_e(leader.label)} vs {_e(other.label)}: P = {p_text} — "
+                     f"<b>{_e(improvement_verdict(p, leader.label, other.label))}</b></li>")
+    return (f"<div class='verdict'><b>Verdict — {_e(clock_words(primary))}</b> ({_e(primary.label)}; "
+            f"{'lower' if not primary.higher_is_better else 'higher'} is better). Best IQM: {_e(leader.label)}."
+            f"<ul>{''.join(items)}</ul><span class='meta'>Default clock: env steps, so that a loaded machine does not "
+            "decide it; the tables below name their own clock.</span></div>")
+
+
+def cost_table(group: Group, found: list[Measure]) -> str:
+    """What reaching the target costs: CPU-seconds, joules and dollars, each IQM over seeds."""
+    if not group.has_target:
+        return ""
+    keys = ["steps_to_target", "cpu_to_target_s", "dollars_to_target"]
+    shown = [m for key in keys for m in found if m.key == key]
+    shown += [m for m in found if m.key.startswith("energy_to_target_")]
+    notes = []
+    measured, absent = energy_meters(group)
+    for meter, why in absent.items():
+        notes.append(f"energy ({meter}): absent — {why}")
+    if not measured and not absent:
+        notes.append("energy: absent — no meter reported")
+    unpriced = unpriced_devices(group)
+    if unpriced:
+        notes.append(f"USD: no price for {', '.join(unpriced)} (rlbench report --price cpu=USD_PER_CPU_HOUR"
+                     + "".join(f" --price {d}=USD_PER_HOUR" for d in unpriced if d != "cpu") + ")")
+    if not shown:
+        return ""
+    return ("<h3><span class='badge measured'>measured</span>Cost to the target</h3>" + comparison_table(group, shown)
+            + "".join(f"<p class='meta absent'>{_e(n)}</p>" for n in notes))
+
+
+def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
+    from rlbench.report.aggregate import aggregate_estimates, available, improvement, methods
+
+    why = available(group)
+    if len(group.envs()) < 2:
+        return ""
+    if why:
+        return f"<h3>Aggregates over environments</h3><div class='warn'>not drawn: {_e(why)}</div>"
+    rows = aggregate_estimates(group)
+    names = list(rows[0][1]) if rows else []
+    head = "".join(f"<th>{_e(n)}{' ↓' if n == 'optimality gap' else ' ↑'}</th>" for n in names)
+    body = "".join(f"<tr><td class='name'>{_e(m.label)}</td>"
+                   + "".join(_estimate_cell(est[n], 2, False) for n in names) + "</tr>" for m, est in rows)
+    scores = "; ".join(f"{env}: random {group.reference_scores[env].random:g}, reference "
+                       f"{group.reference_scores[env].reference:g} ({group.reference_scores[env].source})"
+                       for env in group.envs())
+    parts = ["<h3><span class='badge measured'>measured</span>Aggregates over environments</h3>",
+             f"<table><tr><th class='name'>method</th>{head}</tr>{body}</table>",
+             f"<p class='meta'>Normalised final greedy score (score − random) / (reference − random). {_e(scores)}.</p>"]
+    parts += [_figure(figures[k]) for k in ("aggregates",) if k in figures]
+    found = methods(group)
+    if len(found) > 1:
+        cells = "".join(f"<th>{_e(m.label)}</th>" for m in found)
+        matrix = "".join(f"<tr><td class='name'>{_e(x.label)}</td>"
+                         + "".join("<td>–</td>" if x is y else _probability_cell(improvement(group, x, y)) for y in found)
+                         + "</tr>" for x in found)
+        parts.append("<h3>P(row beats column) over environments: normalised final score</h3>"
+                     f"<table><tr><th class='name'>row \\ column</th>{cells}</tr>{matrix}</table>"
+                     "<p class='meta'>The probability that a run of the row beats a run of the column on the same "
+                     "environment, averaged over the environments (Agarwal et al.), with its stratified bootstrap "
+                     "interval.</p>")
+    return "".join(parts)
 
 
 def modelled_table(group: Group) -> str:
@@ -171,19 +288,29 @@ def _warnings(group: Group) -> str:
     if group.concurrent_cells > 1:
         notes.append(f"cells ran {group.concurrent_cells} at a time on one machine: their throughput and latency "
                      "figures share its cores.")
-    contended: dict[str, list[str]] = {}  # one line per reason, not one per run
-    runs = group.all_runs()
-    for run in runs:
-        state = run.data.get("machine_state")
-        if isinstance(state, dict) and (state.get("contended") or state.get("warning")):
-            reason = str(state.get("warning") or "").removeprefix("measured on a contended machine: ")
-            contended.setdefault(reason, []).append(Path(str(run.path)).stem)
-    for reason, names in contended.items():
-        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        notes.append(f"{len(names)} of {len(runs)} run(s) measured on a contended machine — {reason}: {shown}")
     if len(fingerprints(group.all_runs())) > 1:
         notes.append("runs came from more than one machine (see the fingerprints below).")
-    return "".join(f"<div class='warn'>{_e(n)}</div>" for n in notes)
+    boxes = "".join(f"<div class='warn'>{_e(n)}</div>" for n in notes)
+    contended = contention_lines([group])
+    if contended:  # one box for the study: every contended run, whatever the reason
+        head, *runs = contended
+        boxes += (f"<div class='warn contended'>{_e(head)}<ul>"
+                  + "".join(f"<li>{_e(line.strip())}</li>" for line in runs) + "</ul></div>")
+    return boxes
+
+
+def _targets_text(group: Group) -> str:
+    if not group.has_target:
+        return ("; no target return set (<code>[sweep] target_return</code> or <code>--target</code>), so nothing "
+                "is measured to a target")
+    if isinstance(group.target_return, dict):
+        target = "target returns " + ", ".join(f"{env} {value:g}" for env, value in group.target_return.items())
+    else:
+        target = f"target return {group.target_return:g}"
+    if target_curve(group) == "evaluation":
+        return f"; {_e(target)}, reached at the first evaluation point (--eval-every) whose greedy return reaches it"
+    return (f"; {_e(target)}, reached when the mean of the last {group.target_window} training episodes does "
+            "(no evaluation curve in every run: updates to target unmeasured, CPU time pro-rated)")
 
 
 def study_section(group: Group) -> str:
@@ -193,25 +320,30 @@ def study_section(group: Group) -> str:
              f"<p class='meta'>{len(group.combinations)} combination(s)"
              + (f" over {_e(', '.join(group.axes))}" if group.axes else "")
              + f"; seeds {_e(', '.join(map(str, seeds)))}; {len(group.runs())} complete run(s)"
-             + (f"; target return {group.target_return:g} (mean of the last {group.target_window} training episodes)"
-                if group.target_return is not None else
-                "; no target return set (<code>[sweep] target_return</code> or <code>--target</code>), so no time-to-target")
-             + ".</p>", _warnings(group)]
+             + _targets_text(group) + ".</p>", _warnings(group), verdict_box(group, found)]
     figures = study_figures(group)
     if found:
         parts.append("<h3><span class='badge measured'>measured</span>Comparison</h3>" + comparison_table(group, found))
-    parts += [_figure(f) for f in figures[:1]]  # the learning curves, next to the table they explain
+    parts += [_figure(figures[k]) for k in ("learning", "evaluation") if k in figures]
     if found:
-        matrices = [improvement_table(group, m) for key in ("final_return", "env_steps_per_s", "time_to_target_s")
-                    for m in found if m.key == key]
+        primary = default_measure(found)
+        order = [m for m in [primary] if m is not None]
+        order += [m for key in ("final_return", "env_steps_per_s", "time_to_target_s") for m in found
+                  if m.key == key and m is not primary]
+        matrices = [improvement_table(group, m) for m in order]
         if any(matrices):
             parts.append("<div class='row'>" + "".join(f"<div>{t}</div>" for t in matrices if t) + "</div>"
                          "<p class='meta'>P(row beats column): the probability that a run of the row's combination "
-                         "beats a run of the column's (ties count half), with its 95 % bootstrap interval; green: the "
-                         "interval lies above 0.5, red: below.</p>")
+                         "beats a run of the column's on the same environment (ties count half; averaged over the "
+                         "environments where env is an axis), with its 95 % "
+                         f"bootstrap interval (none with fewer than {MIN_RUNS} runs); green: the interval lies above "
+                         "0.5, red: below. Each heading names the clock it counts.</p>")
+    parts.append(cost_table(group, found))
+    parts.append(aggregate_section(group, figures))
+    parts += [_figure(figures[k]) for k in ("profile",) if k in figures]
     parts.append(modelled_table(group))
     parts.append(_status(group))
-    parts += [_figure(f) for f in figures[1:]]
+    parts += [_figure(f) for k, f in figures.items() if k not in ("learning", "evaluation", "aggregates", "profile")]
     devices = _devices(group)
     if devices:
         parts.append("<h3>Devices</h3><ul>" + "".join(f"<li>{_e(d)}</li>" for d in devices) + "</ul>")

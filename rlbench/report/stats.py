@@ -1,14 +1,23 @@
 """Interval estimates over seeds, the way Agarwal et al. (NeurIPS'21, "Deep RL at the Edge of the
-Statistical Precipice") recommend: the interquartile mean (IQM) as the point estimate, 95 %
-stratified bootstrap confidence intervals, and the probability that one combination beats another.
+Statistical Precipice", the rliable library) recommend: the interquartile mean (IQM) as the point
+estimate, 95 % stratified bootstrap confidence intervals, the probability that one combination
+beats another, and the aggregates of normalised scores across tasks (median, IQM, mean, optimality
+gap) with the performance profile.
 
 Resampling is scipy's (`scipy.stats.bootstrap`, percentile method): a stratum is one task (an
-environment); each stratum is resampled on its own and the statistic is taken over the pooled
-resample, which is what scipy does with several unpaired samples. With one environment, stratified
-and plain bootstrap coincide. Estimates are deterministic (a fixed generator seed), so a report
-regenerated from the same results shows the same intervals.
+environment); each stratum is resampled on its own and the statistic is taken over the resample,
+pooled (IQM, optimality gap, profile) or per task (median and mean of the task means), as rliable
+defines each. With one environment, stratified and plain bootstrap coincide. Estimates are
+deterministic (a fixed generator seed), so a report regenerated from the same results shows the
+same intervals.
 
-Time to a target return is censored: a seed that never reached the target counts as +inf. The IQM
+Small samples: with fewer than MIN_RUNS runs in a task the percentile bootstrap's "95 %" interval
+is about the runs' min..max and covers far less often than 95 %. Below MIN_RUNS an estimate of one
+measure carries the range of the runs instead (kind "range"), and an aggregate or a probability of
+improvement carries no interval (kind "none"); the IQM of fewer than 4 runs trims nothing (it is the
+mean), which `trimmed_per_end` says.
+
+Time to a target is censored: a seed that never reached the target counts as +inf. The IQM
 ignores the top quarter, so it stays finite while fewer than a quarter of the seeds missed; an
 interval bound beyond the largest finite observation is reported as +inf ("not reached").
 """
@@ -25,19 +34,23 @@ import numpy as np
 CONFIDENCE = 0.95
 RESAMPLES = 5000
 SEED = 20211206  # NeurIPS'21, the paper's conference date: any fixed seed will do
+MIN_RUNS = 5  # per task, for a bootstrap interval; below it: the range of the runs, or no interval
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate with its confidence interval over `n` runs (low/high NaN when n < 2)."""
+    """A point estimate over `n` runs with its interval: a 95 % stratified bootstrap interval
+    (kind "ci"), the runs' min..max (kind "range": fewer than MIN_RUNS in some task), or none
+    (kind "none": low/high NaN)."""
 
     value: float
     low: float
     high: float
     n: int
+    kind: str = "ci"
 
     def separated_from(self, other: "Estimate") -> bool:
-        """True when the two intervals do not overlap (both must exist)."""
+        """True when the two intervals (or ranges) do not overlap; False when either has none."""
         if any(math.isnan(v) for v in (self.low, self.high, other.low, other.high)):
             return False
         return self.low > other.high or other.low > self.high
@@ -45,12 +58,49 @@ class Estimate:
     def covers(self, value: float) -> bool:
         return self.low <= value <= self.high
 
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
+
+def trimmed_per_end(n: int) -> int:
+    """Runs the IQM of `n` runs drops at each end (scipy's trim_mean: floor(n / 4))."""
+    return int(0.25 * n)
+
 
 def iqm(values: Sequence[float] | np.ndarray, axis: int | None = None) -> float | np.ndarray:
     """Interquartile mean: the mean of the middle 50 % (scipy's 25 %-trimmed mean)."""
     from scipy.stats import trim_mean
 
     return trim_mean(np.asarray(values, dtype=np.float64), 0.25, axis=axis)
+
+
+# Aggregates over tasks of normalised scores, as rliable defines them; each takes one array per task
+# (the runs on the last axis).
+def aggregate_iqm(*tasks: np.ndarray, axis: int = -1) -> np.ndarray:
+    """IQM of every run of every task, pooled."""
+    return iqm(np.concatenate(tasks, axis=axis), axis=axis)
+
+
+def aggregate_mean(*tasks: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean over tasks of each task's mean score."""
+    return np.mean(np.stack([np.mean(t, axis=axis) for t in tasks], axis=-1), axis=-1)
+
+
+def aggregate_median(*tasks: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Median over tasks of each task's mean score."""
+    return np.median(np.stack([np.mean(t, axis=axis) for t in tasks], axis=-1), axis=-1)
+
+
+def optimality_gap(*tasks: np.ndarray, axis: int = -1, gamma: float = 1.0) -> np.ndarray:
+    """How far runs fall short of the reference score (gamma), scores above it counting as gamma:
+    gamma - mean(min(score, gamma)) over every run of every task; lower is better."""
+    pooled = np.concatenate(tasks, axis=axis)
+    return gamma - np.mean(np.minimum(pooled, gamma), axis=axis)
+
+
+AGGREGATES = {"median": aggregate_median, "IQM": aggregate_iqm, "mean": aggregate_mean,
+              "optimality gap": optimality_gap}  # name -> statistic; the gap alone is lower-is-better
 
 
 def _censor(strata: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
@@ -62,97 +112,148 @@ def _censor(strata: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
     return [np.where(np.isposinf(s), stand_in, s) for s in strata], top
 
 
-def _order_preserving_finite(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _order_preserving_finite(samples: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """The same ordering with +-inf replaced by values just beyond the finite ones."""
-    both = np.concatenate([a, b])
+    both = np.concatenate(samples)
     finite = both[np.isfinite(both)]
     high = float(finite.max()) + 1.0 if finite.size else 1.0
     low = float(finite.min()) - 1.0 if finite.size else -1.0
-    return tuple(np.where(np.isposinf(v), high, np.where(np.isneginf(v), low, v)) for v in (a, b))
+    return tuple(np.where(np.isposinf(v), high, np.where(np.isneginf(v), low, v)) for v in samples)
 
 
-def interval(strata: Sequence[Sequence[float]] | Sequence[float], statistic: Callable = iqm, *,
-             confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
-    """`statistic` of the pooled runs with its stratified bootstrap interval. `strata` is one list of
-    values per task (or a flat list: one task). NaN values (not measured) are left out."""
-    from scipy.stats import bootstrap
-
+def _strata(strata: Sequence[Sequence[float]] | Sequence[float]) -> list[np.ndarray]:
+    """One float array per task, NaN (not measured) left out, empty tasks dropped; a flat list is one task."""
     groups = list(strata)
     if not groups or not isinstance(groups[0], (list, tuple, np.ndarray)):
         groups = [groups]
     arrays = [np.asarray(g, dtype=np.float64) for g in groups]
     arrays = [a[~np.isnan(a)] for a in arrays]
-    arrays = [a for a in arrays if a.size]
+    return [a for a in arrays if a.size]
+
+
+def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Callable, *, confidence: float, n_resamples: int,
+               seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.stats import bootstrap
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # identical values: a zero-width interval is the answer
+        result = bootstrap(samples, statistic, n_resamples=n_resamples, confidence_level=confidence, axis=-1,
+                           method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high)
+
+
+def interval(strata: Sequence[Sequence[float]] | Sequence[float], statistic: Callable = iqm, *,
+             per_task: bool = False, confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES,
+             seed: int = SEED) -> Estimate:
+    """`statistic` over the runs with its stratified bootstrap interval. `strata` is one list of
+    values per task (or a flat list: one task). `statistic(values, axis)` sees the runs of every
+    task pooled; with `per_task`, `statistic(*tasks, axis)` sees them task by task (rliable's
+    median and mean). Below MIN_RUNS runs in some task: the range of the runs (pooled statistics) or
+    no interval (per-task ones)."""
+    arrays = _strata(strata)
     n = sum(a.size for a in arrays)
     if n == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0)
+        return Estimate(math.nan, math.nan, math.nan, 0, "none")
     censored = any(np.isposinf(a).any() for a in arrays)
+    finite = [a.copy() for a in arrays]
     if censored:
-        arrays, top = _censor(arrays)
+        finite, top = _censor(arrays)
 
-    def pooled(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+    def over_tasks(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        if per_task:
+            return statistic(*samples, axis=axis)
         return statistic(np.concatenate(samples, axis=axis), axis=axis)
 
-    value = float(pooled(*arrays))
-    low = high = math.nan
-    if n >= 2:
-        if min(a.size for a in arrays) < 2:  # scipy resamples samples of two or more: pool a lone run's task
-            arrays = [np.concatenate(arrays)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # identical values: a zero-width interval is the answer
-            result = bootstrap(tuple(arrays), pooled, n_resamples=n_resamples, confidence_level=confidence,
-                               method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    value = float(over_tasks(*finite))
+    if min(a.size for a in arrays) < MIN_RUNS:
+        if per_task:
+            low, high, kind = math.nan, math.nan, "none"
+        else:
+            pooled = np.concatenate(arrays)
+            low, high, kind = float(pooled.min()), float(pooled.max()), "range"
+    else:
+        lows, highs = _bootstrap(tuple(finite), over_tasks, confidence=confidence, n_resamples=n_resamples, seed=seed)
+        low, high, kind = float(lows), float(highs), "ci"
     if censored:
         value, low, high = (math.inf if v > top else v for v in (value, low, high))
-    return Estimate(value, low, high, n)
+    return Estimate(value, low, high, n, kind)
 
 
-def probability_of_improvement(x: Sequence[float], y: Sequence[float], *, higher_is_better: bool = True,
+def probability_of_improvement(x: Sequence[Sequence[float]] | Sequence[float],
+                               y: Sequence[Sequence[float]] | Sequence[float], *, higher_is_better: bool = True,
                                confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES,
                                seed: int = SEED) -> Estimate:
-    """P(a run of X beats a run of Y), ties counting half: the Mann-Whitney U statistic over n*m,
-    with a bootstrap interval resampling X and Y independently."""
-    from scipy.stats import bootstrap, mannwhitneyu
+    """P(a run of X beats a run of Y on the same task), ties counting half, averaged over tasks
+    (rliable's definition; per task it is the Mann-Whitney U over n*m). `x` and `y` hold one list
+    per task, in the same task order (or flat lists: one task). The interval resamples X's and Y's
+    runs within each task independently; none below MIN_RUNS runs in some task."""
+    xs, ys = list(x), list(y)
+    if not xs or not isinstance(xs[0], (list, tuple, np.ndarray)):
+        xs, ys = [xs], [ys]
+    if len(xs) != len(ys):
+        raise ValueError(f"X has {len(xs)} task(s), Y {len(ys)}: the probability of improvement compares the same tasks")
+    pairs = []
+    for a, b in zip(xs, ys):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+        if a.size and b.size:
+            pairs.append((a, b) if higher_is_better else (-a, -b))
+    if not pairs:
+        return Estimate(math.nan, math.nan, math.nan, 0, "none")
+    tasks = len(pairs)
 
-    a = np.asarray(x, dtype=np.float64)
-    b = np.asarray(y, dtype=np.float64)
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-    if not higher_is_better:
-        a, b = -a, -b
-    if a.size == 0 or b.size == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0)
-    a, b = _order_preserving_finite(a, b)  # U depends only on order; inf (never reached) ranks last
+    def prob(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        per_task = []
+        for a, b in zip(samples[:tasks], samples[tasks:]):
+            a, b = np.moveaxis(a, axis, -1)[..., :, None], np.moveaxis(b, axis, -1)[..., None, :]
+            per_task.append(np.mean(a > b, axis=(-2, -1)) + 0.5 * np.mean(a == b, axis=(-2, -1)))
+        return np.mean(np.stack(per_task, axis=-1), axis=-1)
 
-    def prob(p: np.ndarray, q: np.ndarray, axis: int = -1) -> np.ndarray:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return mannwhitneyu(p, q, axis=axis, method="asymptotic").statistic / (p.shape[axis] * q.shape[axis])
+    samples = tuple(a for a, _ in pairs) + tuple(b for _, b in pairs)
+    value = float(prob(*samples))
+    n = sum(s.size for s in samples)
+    if min(s.size for s in samples) < MIN_RUNS:
+        return Estimate(value, math.nan, math.nan, n, "none")
+    # +-inf (never reached) compares as it should, but resampling wants finite numbers: the same order
+    low, high = _bootstrap(_order_preserving_finite(samples), prob, confidence=confidence, n_resamples=n_resamples,
+                           seed=seed)
+    return Estimate(value, float(low), float(high), n, "ci")
 
-    value = float(prob(a, b))
-    low = high = math.nan
-    if a.size >= 2 and b.size >= 2:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = bootstrap((a, b), prob, n_resamples=n_resamples, confidence_level=confidence,
-                               method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    return Estimate(value, low, high, a.size + b.size)
+
+def performance_profile(strata: Sequence[Sequence[float]] | Sequence[float], taus: np.ndarray, *,
+                        confidence: float = CONFIDENCE, n_resamples: int = 2000,
+                        seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fraction of runs (every task pooled) whose score exceeds each tau, with its stratified
+    bootstrap band (rliable's run-score distribution); NaN bands below MIN_RUNS runs in some task."""
+    arrays = _strata(strata)
+    taus = np.asarray(taus, dtype=np.float64)
+    # one indicator row per tau, the runs along the last axis: scipy resamples the runs once for every tau
+    indicators = tuple((a[None, :] > taus[:, None]).astype(np.float64) for a in arrays)
+    centre = np.mean(np.concatenate(indicators, axis=-1), axis=-1)
+    if not arrays or min(a.size for a in arrays) < MIN_RUNS:
+        nan = np.full_like(centre, np.nan)
+        return centre, nan, nan
+
+    def fraction(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean(np.concatenate(samples, axis=axis), axis=axis)
+
+    low, high = _bootstrap(indicators, fraction, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return centre, low, high
 
 
 def curve_band(values: np.ndarray, *, confidence: float = CONFIDENCE, n_resamples: int = 2000,
-               seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """IQM across runs (axis 0) at every point of a curve, with its bootstrap band (NaN with one run)."""
-    from scipy.stats import bootstrap
-
+               seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """IQM across runs (axis 0) at every point of a curve, with its band: the bootstrap interval
+    ("ci"), or with fewer than MIN_RUNS runs the runs' min..max ("range")."""
     data = np.asarray(values, dtype=np.float64)
     centre = np.asarray(iqm(data, axis=0), dtype=np.float64)
-    if data.shape[0] < 2:
-        nan = np.full_like(centre, np.nan)
-        return centre, nan, nan
+    if data.shape[0] < MIN_RUNS:
+        return centre, data.min(axis=0), data.max(axis=0), "range"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        from scipy.stats import bootstrap
+
         result = bootstrap((data,), lambda s, axis=-1: iqm(s, axis=axis), axis=0, n_resamples=n_resamples,
                            confidence_level=confidence, method="percentile", vectorized=True,
                            rng=np.random.default_rng(seed))
-    return centre, np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high)
+    return centre, np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high), "ci"

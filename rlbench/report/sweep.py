@@ -15,8 +15,9 @@ plus a `[sweep]` table, so `rlbench run --config` and `rlbench sweep` read the s
     [sweep]
     name = "replay-placement"        # the results folder's name (default: the file's stem)
     seeds = 5                        # seeds 0..4, or a list: [0, 1, 2]
-    target_return = 150.0            # time-to-target: first time the mean return of the last
-    target_window = 10               #   `target_window` training episodes reaches the target
+    target_return = 150.0            # to-target measures: first time the return reaches it (a number,
+    target_window = 10               #   or a table per environment); training curve: mean of the last
+                                     #   `target_window` episodes
     replay = ["prioritized", "uniform"]     # an axis over a run field,
     placement = ["local", "server"]
     "hp.learning_rate" = [1e-3, 3e-4]       # over a hyperparameter,
@@ -57,7 +58,7 @@ from rlbench.config import FILE_FIELDS, RunConfig, parse_value, read_toml, run_f
 from rlbench.errors import RlbenchError, UnknownComponentError
 
 FAILURE_SCHEMA = "rlbench.sweep-failure/1"
-SWEEP_KEYS = ("name", "seeds", "target_return", "target_window")
+SWEEP_KEYS = ("name", "seeds", "target_return", "target_window", "reference_scores")
 DEFAULT_SEEDS = 5
 DEFAULT_WINDOW = 10
 INCOMPLETE_EXIT = 3  # the child wrote a result marked incomplete
@@ -71,6 +72,7 @@ class Cell:
     combination: dict[str, Any]
     seed: int
     document: dict[str, Any]  # the run file of this cell
+    attempt: int = 0  # 0: the cell's run; K: its K-th rerun (--rerun-contended), kept beside it
 
     @property
     def id(self) -> str:
@@ -78,8 +80,14 @@ class Cell:
         return re.sub(r"[^A-Za-z0-9.=_-]+", "-", "_".join(parts))
 
     @property
+    def stem(self) -> str:
+        """Its files' name: the cell's id, and the attempt for a rerun."""
+        return self.id + (f".rerun-{self.attempt}" if self.attempt else "")
+
+    @property
     def label(self) -> str:
-        return " ".join([f"{key}={_show(value)}" for key, value in self.combination.items()] + [f"seed={self.seed}"])
+        return " ".join([f"{key}={_show(value)}" for key, value in self.combination.items()] + [f"seed={self.seed}"]
+                        + ([f"rerun {self.attempt}"] if self.attempt else []))
 
 
 @dataclass
@@ -88,22 +96,29 @@ class Study:
     base: dict[str, Any]  # run-file document shared by every cell
     axes: dict[str, list[Any]] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: list(range(DEFAULT_SEEDS)))
-    target_return: float | None = None
+    target_return: float | dict[str, float] | None = None  # one for every environment, or one per environment
     target_window: int = DEFAULT_WINDOW
+    reference_scores: dict[str, dict[str, float]] = field(default_factory=dict)  # env -> {random, reference}
 
     def document(self) -> dict[str, Any]:
         """The study file of this study (what `study.toml` holds)."""
         sweep: dict[str, Any] = {"name": self.name, "seeds": list(self.seeds)}
         if self.target_return is not None:
-            sweep["target_return"] = float(self.target_return)
+            sweep["target_return"] = self.target_return
         sweep["target_window"] = self.target_window
+        if self.reference_scores:
+            sweep["reference_scores"] = self.reference_scores
         sweep.update(self.axes)
         return {**self.base, "sweep": sweep}
 
+    def combinations(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.axes, values)) for values in itertools.product(*self.axes.values())]
+
+    def cell(self, combination: dict[str, Any], seed: int, attempt: int = 0) -> Cell:
+        return Cell(combination, seed, _apply(self.base, {**combination, "seed": seed}), attempt)
+
     def cells(self) -> list[Cell]:
-        combinations = [dict(zip(self.axes, values)) for values in itertools.product(*self.axes.values())]
-        cells = [Cell(combination, seed, _apply(self.base, {**combination, "seed": seed}))
-                 for seed in self.seeds for combination in combinations]
+        cells = [self.cell(combination, seed) for seed in self.seeds for combination in self.combinations()]
         ids: dict[str, Cell] = {}
         for cell in cells:
             if cell.id in ids:
@@ -116,7 +131,7 @@ class Study:
         """The "study" block written into each cell's result."""
         return {"name": self.name, "cell": cell.id, "combination": cell.combination, "seed": cell.seed,
                 "axes": list(self.axes), "target_return": self.target_return, "target_window": self.target_window,
-                "requested": cell.document, "concurrent_cells": concurrent}
+                "reference_scores": self.reference_scores, "requested": cell.document, "concurrent_cells": concurrent}
 
 
 def _slug(value: Any) -> str:
@@ -215,15 +230,47 @@ def load_study(path: str | None = None, *, sets: dict[str, Any] | None = None,
         seeds = table.get("seeds", DEFAULT_SEEDS)
     target = target_return if target_return is not None else table.get("target_return")
     window = target_window if target_window is not None else table.get("target_window", DEFAULT_WINDOW)
-    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))):
-        raise RlbenchError(f"{source}: target_return is a number, got {target!r}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise RlbenchError(f"{source}: target_window is a positive integer, got {window!r}")
     study_name = name or table.get("name") or (Path(path).stem if path else _derived_name(document, axes))
     if not isinstance(study_name, str) or not study_name.strip():
         raise RlbenchError(f"{source}: name is a non-empty string, got {study_name!r}")
     return Study(name=study_name, base=document, axes=axes, seeds=_seeds(seeds, source),
-                 target_return=None if target is None else float(target), target_window=window)
+                 target_return=_target(target, source), target_window=window,
+                 reference_scores=_reference_scores(table.get("reference_scores", {}), source))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _target(value: Any, source: str) -> float | dict[str, float] | None:
+    """target_return: a number for every environment, or a table environment -> number."""
+    if value is None:
+        return None
+    if _is_number(value):
+        return float(value)
+    if isinstance(value, dict) and value and all(_is_number(v) for v in value.values()):
+        return {str(env): float(v) for env, v in value.items()}
+    raise RlbenchError(f"{source}: target_return is a number or a table of one number per environment "
+                       f"({{\"CartPole-v1\" = 195, \"Acrobot-v1\" = -100}}), got {value!r}")
+
+
+def _reference_scores(value: Any, source: str) -> dict[str, dict[str, float]]:
+    """[sweep.reference_scores]: environment -> {random = R, reference = S}, S != R."""
+    if not isinstance(value, dict):
+        raise RlbenchError(f"{source}: reference_scores is a table of environments, got {value!r}")
+    scores = {}
+    for env, entry in value.items():
+        if not isinstance(entry, dict) or set(entry) != {"random", "reference"} \
+                or not all(_is_number(v) for v in entry.values()):
+            raise RlbenchError(f"{source}: reference_scores.{env} takes two numbers, "
+                               f"{{random = R, reference = S}}, got {entry!r}")
+        if entry["random"] == entry["reference"]:
+            raise RlbenchError(f"{source}: reference_scores.{env}: random and reference are both {entry['random']}: "
+                               "nothing to normalise by")
+        scores[str(env)] = {"random": float(entry["random"]), "reference": float(entry["reference"])}
+    return scores
 
 
 def _derived_name(document: dict[str, Any], axes: dict[str, list[Any]]) -> str:
@@ -286,11 +333,11 @@ class StudyOutcome:
 
 
 def _result_path(folder: Path, cell: Cell) -> Path:
-    return folder / "runs" / f"{cell.id}.json"
+    return folder / "runs" / f"{cell.stem}.json"
 
 
 def _failure_path(folder: Path, cell: Cell) -> Path:
-    return folder / "runs" / f"{cell.id}.failed.json"
+    return folder / "runs" / f"{cell.stem}.failed.json"
 
 
 def _finished(folder: Path, cell: Cell) -> bool:
@@ -324,7 +371,7 @@ def _record_failure(folder: Path, study: Study, cell: Cell, reason: str, exit_co
                     concurrent: int) -> None:
     _write_json(_failure_path(folder, cell), {
         "schema": FAILURE_SCHEMA, "study": study.block(cell, concurrent), "reason": reason, "exit_code": exit_code,
-        "log": f"runs/{cell.id}.log", "finished_unix": time.time()})
+        "log": f"runs/{cell.stem}.log", "finished_unix": time.time()})
 
 
 def _one_line_summary(result: dict[str, Any]) -> str:
@@ -410,38 +457,39 @@ def _clock(seconds: float) -> str:
 
 
 def run_study(study: Study, folder: str | Path, *, parallel: int = 1, registry: Any = None,
-              echo: Callable[[str], None] = print) -> StudyOutcome:
-    """Run every cell not finished before, `parallel` at a time, each in its own process."""
+              echo: Callable[[str], None] = print, cells: list[Cell] | None = None) -> StudyOutcome:
+    """Run every cell (the study's, or `cells`) not finished before, `parallel` at a time, each in
+    its own process."""
     from rlbench.plugins import get_registry
 
     if parallel < 1:
         raise RlbenchError(f"--parallel must be at least 1, got {parallel}")
     registry = registry or get_registry()
     folder = Path(folder)
-    cells = study.cells()
-    refused = {cell.id: refusal(cell, registry) for cell in cells}
+    cells = study.cells() if cells is None else cells
+    refused = {cell.stem: refusal(cell, registry) for cell in cells}
     if all(refused.values()):
         raise RlbenchError(f"no cell of study {study.name!r} can run: {next(iter(refused.values()))}")
     (folder / "runs").mkdir(parents=True, exist_ok=True)
-    finished = {cell.id for cell in cells if _finished(folder, cell)}
+    finished = {cell.stem for cell in cells if _finished(folder, cell)}
     (folder / "study.toml").write_text(f"# rlbench study; rerun (resume) with: rlbench sweep {folder / 'study.toml'}\n"
                                        + to_toml(study.document()))
     outcomes: dict[str, CellOutcome] = {}
     pending: list[Cell] = []
     for cell in cells:
-        if cell.id in finished:
-            outcomes[cell.id] = CellOutcome(cell, "skipped", "finished before")
-        elif refused[cell.id]:
-            outcomes[cell.id] = CellOutcome(cell, "refused", refused[cell.id])
-            _record_failure(folder, study, cell, refused[cell.id], None, parallel)
+        if cell.stem in finished:
+            outcomes[cell.stem] = CellOutcome(cell, "skipped", "finished before")
+        elif refused[cell.stem]:
+            outcomes[cell.stem] = CellOutcome(cell, "refused", refused[cell.stem])
+            _record_failure(folder, study, cell, refused[cell.stem], None, parallel)
         else:
             pending.append(cell)
     bar = _Bar(len(cells), len(outcomes), echo)
     if finished:
         bar.line(f"{len(finished)} of {len(cells)} cells finished before: skipped")
     for cell in cells:
-        if outcomes.get(cell.id, CellOutcome(cell, "")).status == "refused":
-            bar.line(f"[{cell.label}] refused: {refused[cell.id]}")
+        if outcomes.get(cell.stem, CellOutcome(cell, "")).status == "refused":
+            bar.line(f"[{cell.label}] refused: {refused[cell.stem]}")
 
     interrupts = 0
     running: list[_Child] = []
@@ -479,7 +527,7 @@ def run_study(study: Study, folder: str | Path, *, parallel: int = 1, registry: 
                     selector.unregister(child.process.stdout)
                 running.remove(child)
                 outcome = _finish(study, child, folder, parallel)
-                outcomes[child.cell.id] = outcome
+                outcomes[child.cell.stem] = outcome
                 bar.done += 1
                 bar.finished_now += 1
                 text = f"[{bar.done}/{bar.total}] {child.cell.label}: {outcome.status} in {outcome.seconds:.1f} s"
@@ -491,7 +539,7 @@ def run_study(study: Study, folder: str | Path, *, parallel: int = 1, registry: 
         bar.close()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    ordered = [outcomes[cell.id] for cell in cells if cell.id in outcomes]
+    ordered = [outcomes[cell.stem] for cell in cells if cell.stem in outcomes]
     return StudyOutcome(study, folder, ordered, interrupted=interrupts > 0)
 
 
@@ -504,7 +552,7 @@ def _main_thread() -> bool:
 def _start(study: Study, cell: Cell, folder: Path, concurrent: int) -> _Child:
     spec = {"document": cell.document, "study": study.block(cell, concurrent),
             "result": str(_result_path(folder, cell))}
-    log = open(folder / "runs" / f"{cell.id}.log", "w")
+    log = open(folder / "runs" / f"{cell.stem}.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "rlbench.report.sweep", json.dumps(spec)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
                                bufsize=1, start_new_session=True)
@@ -529,9 +577,152 @@ def _finish(study: Study, child: _Child, folder: Path, concurrent: int) -> CellO
         return CellOutcome(cell, "complete", None, seconds, _one_line_summary(result))
     if result is not None:
         return CellOutcome(cell, "incomplete", result.get("status_reason") or "incomplete", seconds)
-    reason = _failure_reason(folder / "runs" / f"{cell.id}.log", code)
+    reason = _failure_reason(folder / "runs" / f"{cell.stem}.log", code)
     _record_failure(folder, study, cell, reason, code, concurrent)
     return CellOutcome(cell, "failed", reason, seconds)
+
+
+# ---------------------------------------------------------------------- more seeds, quiet reruns
+@dataclass
+class Precision:
+    """--until-ci: add seeds to a combination until the interval of `measure` is narrower than
+    `width` (an absolute width in the measure's unit, or with `relative` a fraction of its IQM), or
+    it has `max_seeds` seeds."""
+
+    width: float
+    relative: bool = False
+    measure: str | None = None  # a measure's key; None: the study's default verdict's
+    max_seeds: int = 20
+
+    @classmethod
+    def parse(cls, text: str, measure: str | None, max_seeds: int) -> "Precision":
+        raw = text.strip()
+        relative = raw.endswith("%")
+        try:
+            width = float(raw[:-1] if relative else raw)
+        except ValueError:
+            raise RlbenchError(f"--until-ci takes a width (25, in the measure's unit) or a share of the IQM (10%), "
+                               f"got {text!r}") from None
+        if not width > 0 or not math.isfinite(width):
+            raise RlbenchError(f"--until-ci takes a positive width, got {text!r}")
+        if max_seeds < 1:
+            raise RlbenchError(f"--max-seeds must be at least 1, got {max_seeds}")
+        return cls(width / 100 if relative else width, relative, measure, max_seeds)
+
+    def narrow(self, estimate: Any) -> bool:
+        """A 95 % interval (not a small sample's range) at most `width` wide."""
+        if estimate.kind != "ci" or not math.isfinite(estimate.low) or not math.isfinite(estimate.high):
+            return False
+        limit = self.width * abs(estimate.value) if self.relative else self.width
+        return estimate.high - estimate.low <= limit
+
+
+def _study_group(study: Study, folder: Path):
+    from rlbench.report.collect import group, load_inputs
+
+    try:
+        inputs = load_inputs([str(folder / "runs")])
+    except RlbenchError:
+        return None
+    return next((g for g in group(inputs) if g.name == study.name), None)
+
+
+def _combination_key(values: dict[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _seeds_tried(folder: Path, study: Study) -> dict[str, set[int]]:
+    """The seeds each combination has a result or a failure record for."""
+    tried: dict[str, set[int]] = {}
+    for path in (folder / "runs").glob("*.json"):
+        try:
+            block = json.loads(path.read_text()).get("study") or {}
+        except (OSError, ValueError):
+            continue
+        if block.get("name") == study.name and isinstance(block.get("seed"), int):
+            tried.setdefault(_combination_key(block.get("combination") or {}), set()).add(block["seed"])
+    return tried
+
+
+def add_seeds(study: Study, folder: str | Path, precision: Precision, *, parallel: int = 1, registry: Any = None,
+              echo: Callable[[str], None] = print) -> list[StudyOutcome]:
+    """Round by round, one more seed for every combination whose interval is still wider than asked."""
+    from rlbench.report.compare import default_measure
+    from rlbench.report.measures import estimate, measures
+
+    folder = Path(folder)
+    rounds = []
+    while True:
+        found = _study_group(study, folder)
+        if found is None:
+            return rounds
+        available = measures(found)
+        key = precision.measure or getattr(default_measure(available), "key", None)
+        measure = next((m for m in available if m.key == key), None)
+        if measure is None:
+            keys = [m.key for m in available]
+            close = difflib.get_close_matches(str(key), keys, n=1)
+            raise RlbenchError(f"--ci-measure {key!r} is not a measure of this study"
+                               + (f"; did you mean {close[0]!r}?" if close else f" (its measures: {', '.join(keys)})"))
+        tried = _seeds_tried(folder, study)
+        cells = []
+        for combination in study.combinations():
+            values = {a: combination.get(a) for a in study.axes}
+            match = next((c for c in found.combinations if _combination_key(c.values) == _combination_key(values)), None)
+            seeds = tried.get(_combination_key(combination), set())
+            if match is None or len(seeds) >= precision.max_seeds:
+                continue
+            e = estimate(measure, match, found)
+            if not precision.narrow(e):
+                seed = next(s for s in itertools.count(max(seeds | set(study.seeds)) + 1) if s not in seeds)
+                cells.append(study.cell(combination, seed))
+                echo(f"--until-ci: {match.label}: {measure.label} interval "
+                     + (f"{e.high - e.low:,.4g} wide" if e.kind == "ci" else f"not yet a 95 % interval ({e.n} runs)")
+                     + f", adding seed {seed}")
+        if not cells:
+            return rounds
+        outcome = run_study(study, folder, parallel=parallel, registry=registry, echo=echo, cells=cells)
+        rounds.append(outcome)
+        if outcome.interrupted:
+            return rounds
+
+
+def rerun_contended(study: Study, folder: str | Path, limit: int, *, parallel: int = 1, registry: Any = None,
+                    echo: Callable[[str], None] = print) -> list[StudyOutcome]:
+    """Rerun the cells whose every complete run was measured on a contended machine, at most `limit`
+    reruns in all; each rerun is kept beside the runs before it (runs/<cell>.rerun-K.json), and the
+    report uses a cell's last quiet run."""
+    if limit < 0:
+        raise RlbenchError(f"--rerun-contended takes how many reruns at most, got {limit}")
+    folder = Path(folder)
+    rounds, done = [], 0
+    while done < limit:
+        found = _study_group(study, folder)
+        if found is None:
+            return rounds
+        attempts: dict[str, int] = {}
+        for path in (folder / "runs").glob("*.rerun-*.json"):
+            cell_id, _, number = path.name.removesuffix(".failed.json").removesuffix(".json").rpartition(".rerun-")
+            if number.isdigit():
+                attempts[cell_id] = max(attempts.get(cell_id, 0), int(number))
+        cells = []
+        for combination in found.combinations:
+            for run in combination.runs:  # a cell's chosen run is contended only when none of its runs was quiet
+                block = run.study or {}
+                if run.contention and block.get("cell") and len(cells) + done < limit:
+                    wanted = study.cell(block.get("combination") or {}, int(block.get("seed")),
+                                        attempts.get(str(block["cell"]), 0) + 1)
+                    if wanted.id == block["cell"]:
+                        cells.append(wanted)
+                        echo(f"--rerun-contended: {wanted.label} (was: {run.contention})")
+        if not cells:
+            return rounds
+        outcome = run_study(study, folder, parallel=parallel, registry=registry, echo=echo, cells=cells)
+        rounds.append(outcome)
+        done += len(cells)
+        if outcome.interrupted:
+            return rounds
+    return rounds
 
 
 # ------------------------------------------------------------------------------- the cell process
