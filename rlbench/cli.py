@@ -168,7 +168,7 @@ def exit_code(result: dict[str, Any]) -> int:
     return 128 + result["stop_signal"] if result.get("stop_signal") else EXIT_FAILED
 
 
-RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "actors", "num_envs", "steps", "seconds",
+RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "num_envs", "steps", "seconds",
               "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "launcher", "ray_address", "bind")
 
 
@@ -190,6 +190,11 @@ def _run_command() -> click.Command:
                      help="Transport between roles (not for --placement local)."),
         click.Option(["--placement"], type=click.Choice(PLACEMENTS), default=None,
                      help="Where the replay memory lives [default: server when --transport is given, else local]."),
+        click.Option(["--policy"], default=default.policy, show_default=True,
+                     help="Distribution policy (MSRL): single-learner, data-parallel (several learners averaging "
+                          "gradients; implies --placement server), device (one process); rlbench list --kind policy."),
+        click.Option(["--learners"], type=int, default=default.learners, show_default=True,
+                     help="Learner processes (--policy data-parallel); the global batch is split between them."),
         click.Option(["--actors"], type=int, default=default.actors, show_default=True, help="Actor processes."),
         click.Option(["--num-envs"], type=int, default=default.num_envs, show_default=True, help="Environments per actor."),
         click.Option(["--steps"], type=int, default=default.steps, help="Env-step budget [default: the algorithm's]."),
@@ -291,8 +296,8 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
     # naming a transport asks for roles that talk over it; a run file that names its placement says
     # so itself (a local run's file may carry the transport it does not use)
     named_transport = "transport" in given or ("transport" in from_file and "placement" not in from_file)
-    if fields["placement"] is None:
-        fields["placement"] = "server" if named_transport else "local"
+    if fields["placement"] is None:  # a policy of several learners needs the replay node they share
+        fields["placement"] = "server" if named_transport or fields["policy"] == "data-parallel" else "local"
     elif fields["placement"] == "local" and "transport" in given:
         raise click.UsageError(f"--transport {fields['transport']} has no effect with --placement local (the replay "
                                f"memory is inside the learner's process); use --placement server or in-network")

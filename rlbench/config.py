@@ -45,6 +45,8 @@ class RunConfig:
     compute: str = "cpu"
     transport: str = "shm"  # between roles; used when placement is server or in-network
     placement: str = "local"
+    policy: str = "single-learner"  # the distribution policy (MSRL): rlbench list --kind policy
+    learners: int = 1  # learner processes, under a policy with several (data-parallel)
     actors: int = 1
     num_envs: int = 1
     steps: int | None = None  # None: the algorithm's own budget (its Config.total_steps)
@@ -70,7 +72,8 @@ class RunConfig:
 # The flags `rlbench run` takes itself (rlbench/cli.py builds them; a test keeps the two equal): reserved,
 # so no plugin's run option can take one, whatever order plugins load in.
 RUN_FLAGS = frozenset({
-    "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--actors",
+    "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--policy",
+    "--learners", "--actors",
     "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes", "--eval-every",
     "--on-actor-failure", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
     "--help",

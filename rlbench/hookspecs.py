@@ -77,6 +77,17 @@ def rlbench_register_algorithms(register: Any) -> None:
 
 
 @hookspec
+def rlbench_register_policies(register: Any) -> None:
+    """Register distribution policies (MSRL): where the parts of a run execute, e.g. one learner fed
+    by actors, several learners averaging gradients, or everything in one process.
+
+    :param register: as for transports; ``factory()`` returns a
+        :class:`rlbench.protocols.DistributionPolicy`; capabilities: :class:`PolicyCapabilities`.
+        ``rlbench.testing.check_policy`` checks one.
+    """
+
+
+@hookspec
 def rlbench_register_run_options(option: Any) -> None:
     """Add command-line options to ``rlbench run`` for one of the plugin's components.
 

@@ -190,7 +190,7 @@ class Recorder:
 
 # Where a role's time goes (RL-Scope's question): each timed operation belongs to one category; what
 # no timed operation covers is rlbench's own bookkeeping (the loop, accounting, histograms, codecs).
-TIME_CATEGORIES = ("env", "inference", "learner", "replay", "weights", "transport", "bookkeeping")
+TIME_CATEGORIES = ("env", "inference", "learner", "allreduce", "replay", "weights", "transport", "bookkeeping")
 
 
 def time_split(recorder: Recorder, window_s: float, categories: dict[str, str],

@@ -34,6 +34,7 @@ REGISTER_HOOKS = {
     "compute": "rlbench_register_compute_backends",
     "environment": "rlbench_register_environments",
     "algorithm": "rlbench_register_algorithms",
+    "policy": "rlbench_register_policies",
 }
 assert set(REGISTER_HOOKS) == set(KINDS)
 

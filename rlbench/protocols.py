@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Seq
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-KINDS = ("transport", "replay", "compute", "environment", "algorithm")
+KINDS = ("transport", "replay", "compute", "environment", "algorithm", "policy")
 PLACEMENTS = ("local", "server", "in-network")
 LAUNCHERS = ("local", "ray")
 PLACEABLE_ROLES = ("replay", "learner", "actors")
@@ -98,6 +98,16 @@ class EnvironmentCapabilities:
     reward_threshold: float | None = None  # "solved" threshold, for time-to-threshold metrics
     device: str = "cpu"  # where the batched state lives
     aliases_to: str | None = None  # registered under an old id, runs the installed one
+
+
+@dataclass(frozen=True)
+class PolicyCapabilities:
+    """What a distribution policy (MSRL) does with a run: how many learners it may run, and whether
+    its roles are separate processes around a replay node (`distributed`) or one process."""
+
+    learners: Literal["one", "many"]
+    distributed: bool
+    placements: tuple[str, ...]  # the --placement values it runs with
 
 
 @dataclass(frozen=True)
@@ -389,9 +399,60 @@ class Algorithm(Protocol):
     # message of a run is known before it starts (and a transport that cannot carry it is refused).
 
 
+@runtime_checkable
+class LearnerGroup(Protocol):
+    """What one learner of a policy with several learners does beside the algorithm's own update
+    (`DistributionPolicy.learner_group`); the algorithm's code does not change."""
+
+    rank: int
+    world: int
+
+    def share(self, batch_size: int) -> int:
+        """This learner's part of every global batch (the replay ratio stays what the user set)."""
+        ...
+
+    def attach(self, learner: Any) -> None:
+        """Join the learner's training to the group's (e.g. average its gradients across learners)."""
+        ...
+
+    def leave(self) -> None:
+        """The run is over for this learner: tell the others, who stop at their next step."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """JSON-able: what the group measured (its collectives' time, whether parameters stayed identical)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class DistributionPolicy(Protocol):
+    """Where the parts of a run execute (MSRL, ATC'23): `factory()` returns one; capabilities:
+    PolicyCapabilities. Launchers start the roles it asks for without knowing what it does inside
+    them; the algorithm is the same under every policy. (`rlbench.testing.check_policy`)"""
+
+    capabilities: PolicyCapabilities
+
+    def check(self, config: Any, hp: Any) -> None:
+        """Refuse, before a run starts, a run this policy cannot carry (an RlbenchError, one line)."""
+        ...
+
+    def learners(self, config: Any) -> int:
+        """How many learner roles the run has."""
+        ...
+
+    def learner_group(self, rank: int, world: int, rendezvous: str, host: str, announce: Any) -> LearnerGroup | None:
+        """In learner `rank`'s process: the group it trains in (None for one learner). Rank 0 listens
+        on `host` and announces the rendezvous (`announce(address)`); the others get it as
+        `rendezvous`."""
+        ...
+
+
 Factory = Callable[..., Any] | str
 ProbeFn = Callable[[], Probe] | str
-Capabilities = TransportCapabilities | ReplayCapabilities | ComputeCapabilities | EnvironmentCapabilities | AlgorithmCapabilities
+Capabilities = (TransportCapabilities | ReplayCapabilities | ComputeCapabilities | EnvironmentCapabilities
+                | AlgorithmCapabilities | PolicyCapabilities)
 
 CAPABILITY_TYPES: dict[str, type] = {
     "transport": TransportCapabilities,
@@ -399,6 +460,7 @@ CAPABILITY_TYPES: dict[str, type] = {
     "compute": ComputeCapabilities,
     "environment": EnvironmentCapabilities,
     "algorithm": AlgorithmCapabilities,
+    "policy": PolicyCapabilities,
 }
 
 

@@ -20,6 +20,7 @@ KIND_FLAGS = {
     "compute": "--compute",
     "environment": "--env",
     "algorithm": "--algo",
+    "policy": "--policy",
 }
 
 

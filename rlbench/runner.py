@@ -26,7 +26,7 @@ from rlbench.metrics import Recorder, bookkeeping_share
 from rlbench.errors import RlbenchError
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, PeriodicEvaluation, RunContext
 from rlbench.version import __version__
-from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages
+from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages, validate_policy
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
 
@@ -95,14 +95,24 @@ def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[s
             "success_rate": successes / episodes if tabular else None}
 
 
-def _select_loop(plan: Plan) -> Callable[[RunContext], LoopStats]:
+def _select_loop(plan: Plan, ctx: RunContext) -> tuple[str, Callable[[RunContext], LoopStats], str | None]:
+    """(the loop's name for result["loop"]["name"], the loop, why the one-device loop was not chosen
+    when a component runs on an accelerator, else None)."""
     if plan.algorithm.capabilities.loop == "replay":
+        from rlbench.runtime import device_loop
+
+        devices = {kind: getattr(component.capabilities, "device", None) for kind, component in
+                   (("environment", plan.environment), ("replay memory", plan.replay), ("compute", plan.compute))}
+        why_not = device_loop.refusal(ctx, devices)
+        if why_not is None:
+            return device_loop.NAME, device_loop.run_device_loop, None
         from rlbench.runtime.local import run_replay_loop
 
-        return run_replay_loop
+        on_accelerator = any(device not in (None, "cpu") for device in devices.values())
+        return "replay", run_replay_loop, why_not if on_accelerator else None
     from rlbench.runtime.local import run_tabular_loop
 
-    return run_tabular_loop
+    return "tabular", run_tabular_loop, None
 
 
 def _check_eval_every(config: RunConfig) -> None:
@@ -132,6 +142,7 @@ def check(config: RunConfig, registry: Registry) -> tuple[Plan, Any, Any]:
     algorithm = plan.algorithm.create()
     hp = apply_overrides(algorithm.Config, config.hyperparameters)
     validate_hyperparameters(hp)
+    validate_policy(config, plan, hp)
     validate_messages(config, plan, algorithm, hp, registry)
     return plan, algorithm, hp
 
@@ -185,13 +196,15 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
             config.eval_every, lambda actor: evaluate(actor, plan, config, config.eval_episodes),
             lambda: algorithm.make_actor(env.spec, compute, hp, config.seed))
     stats = LoopStats()
+    name, loop, not_device = _select_loop(plan, ctx)
     try:
-        stats = _select_loop(plan)(ctx)
+        stats = loop(ctx)
     except KeyboardInterrupt:
         budget.interrupted = budget.interrupted or STOP_SIGNALS[signal.SIGINT]
         stats.env_steps = ctx.accounting.produced
     finally:
         env.close()
+    stats.extra = {"name": name, **({"device_loop_not_chosen": not_device} if not_device else {}), **stats.extra}
     return _Trained(stats, ctx.recorder, ctx.accounting, ctx.curve, ctx.actor,
                     notes=[env.spec.note] if env.spec.note else [],
                     replay_stats=replay.stats() if replay is not None else None, evaluation=ctx.evaluation)
@@ -208,7 +221,7 @@ def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, b
         compute = plan.compute.create(**plan.options.get("compute", {}))
         actor = algorithm.make_actor(env.spec, compute, hp, config.seed)
         actor.load_weights(outcome.final_weights, outcome.weights_version)
-    outcome.stats.extra["failures"] = outcome.failures
+    outcome.stats.extra = {"name": "distributed", **outcome.stats.extra, "failures": outcome.failures}
     return _Trained(outcome.stats, outcome.recorder, outcome.accounting, outcome.curve, actor,
                     failures=outcome.failures, stop_reason=outcome.stop_reason,
                     replay_stats=outcome.stats.extra.get("replay_memory"))
@@ -235,7 +248,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     meters.start()
     t0 = time.perf_counter()
     train = _train_local if config.placement == "local" else _train_distributed
-    busy = 1 if config.placement == "local" else config.actors + 2  # the actors, the replay node, the learner
+    busy = 1 if config.placement == "local" else config.actors + 1 + config.learners  # actors, replay node, learners
     with watch(busy_processes=busy) as machine:
         trained = train(config, plan, algorithm, hp, budget)
     stats = trained.stats

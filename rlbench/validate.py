@@ -22,10 +22,13 @@ class Plan:
     compute: Component
     replay: Component | None
     transport: Component | None
+    policy: Component | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def selected(self) -> dict[str, Component]:
         chosen = {"algorithm": self.algorithm, "environment": self.environment, "compute": self.compute}
+        if self.policy is not None:
+            chosen["policy"] = self.policy
         if self.replay is not None:
             chosen["replay"] = self.replay
         if self.transport is not None:
@@ -131,7 +134,8 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
                 f"that would work: {works}")
 
     _check_launcher(config)
-    plan = Plan(algorithm, environment, compute, replay, transport)
+    policy = _checked_policy(config, registry)
+    plan = Plan(algorithm, environment, compute, replay, transport, policy)
     _check_options(config, registry, plan)
 
     for kind, component in plan.selected().items():
@@ -140,6 +144,30 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
             raise UnavailableComponentError(
                 f"{kind} {component.name!r} (plugin {component.plugin}) is unavailable here: {probe.reason}")
     return plan
+
+
+def _checked_policy(config: RunConfig, registry: Registry) -> Component:
+    """The run's distribution policy, refused where it cannot carry the placement or learner count."""
+    policy = registry.get("policy", config.policy)  # unknown names: did you mean
+    if config.learners < 1:
+        raise InvalidCombinationError(f"--learners must be at least 1, got {config.learners}")
+    caps = policy.capabilities
+    if config.placement not in caps.placements:
+        works = _names_that_work(registry, "policy", lambda c: config.placement in c.capabilities.placements)
+        raise InvalidCombinationError(
+            f"policy {policy.name} runs with placement {' or '.join(caps.placements)}, not {config.placement}; "
+            f"policies that run with {config.placement}: {works}")
+    if config.learners > 1 and caps.learners == "one":
+        works = _names_that_work(registry, "policy", lambda c: c.capabilities.learners == "many")
+        raise InvalidCombinationError(f"policy {policy.name} runs one learner, not --learners {config.learners}; "
+                                      f"policies with several: {works}")
+    return policy
+
+
+def validate_policy(config: RunConfig, plan: Plan, hp: Any) -> None:
+    """What the policy itself refuses once the hyperparameters are known (e.g. a batch that does not
+    split into its learners' shares)."""
+    plan.policy.create().check(config, hp)
 
 
 def _check_launcher(config: RunConfig) -> None:

@@ -54,6 +54,22 @@ def rlbench_register_compute_backends(register):
              description=f"torch on the CPU for networks, numpy + C for tables ({platform.machine()})")
 
 
+@hookimpl
+def rlbench_register_policies(register):
+    register("single-learner", "rlbench.runtime.policies.single_learner:SingleLearner",
+             capabilities=caps.SINGLE_LEARNER,
+             description="one learner fed by actors: in its own process with the memory (local), or beside a "
+                         "replay node (server, in-network)")
+    register("data-parallel", "rlbench.runtime.policies.data_parallel:DataParallel",
+             capabilities=caps.DATA_PARALLEL,
+             description="N learners (--learners) each sampling its share of every batch from the replay node, "
+                         "gradients averaged with torch.distributed all-reduce (gloo; NCCL on CUDA)")
+    register("device", "rlbench.runtime.policies.device:Device",
+             capabilities=caps.DEVICE,
+             description="environments, actor, replay and learner in one process on one device (the GPU's "
+                         "one-device loop when every component is a gpu one)")
+
+
 # Static facts about gymnasium's classic-control and toy-text ids, so the validator can reason
 # without importing gymnasium. (id, action, observation, max_episode_steps, reward_threshold)
 GYMNASIUM_IDS = [

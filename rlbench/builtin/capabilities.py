@@ -7,6 +7,7 @@ from __future__ import annotations
 from rlbench.protocols import (
     AlgorithmCapabilities,
     ComputeCapabilities,
+    PolicyCapabilities,
     ReplayCapabilities,
     TransportCapabilities,
 )
@@ -37,3 +38,7 @@ DDPG = AlgorithmCapabilities(action_space="continuous", observation_space="conti
                              prioritized_replay=True)
 TABULAR = AlgorithmCapabilities(action_space="discrete", observation_space="discrete", loop="tabular", offline=True,
                                 roles=("tabular",), placements=("local",))
+
+SINGLE_LEARNER = PolicyCapabilities(learners="one", distributed=True, placements=("local", "server", "in-network"))
+DATA_PARALLEL = PolicyCapabilities(learners="many", distributed=True, placements=("server",))
+DEVICE = PolicyCapabilities(learners="one", distributed=False, placements=("local",))

@@ -9,7 +9,9 @@ Call them from your plugin's own tests; each raises `AssertionError` with what i
 
 from rlbench.testing.compute import check_compute_backend
 from rlbench.testing.environment import check_environment
+from rlbench.testing.policy import check_policy
 from rlbench.testing.replay import check_replay_memory
 from rlbench.testing.transport import check_transport, still_serves
 
-__all__ = ["check_transport", "check_replay_memory", "check_compute_backend", "check_environment", "still_serves"]
+__all__ = ["check_transport", "check_replay_memory", "check_compute_backend", "check_environment", "check_policy",
+           "still_serves"]

@@ -29,6 +29,7 @@ from rlbench.runtime.distributed import messages, roles
 from rlbench.runtime.distributed.channel import Channel
 from rlbench.runtime.distributed.messages import Op
 from rlbench.runtime.distributed.roles import NODE_LOST, REQUEST_TIMEOUT_S, RoleSpec
+from rlbench.runtime.policies import policy_of
 
 ROLE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "replay": roles.replay_node_main,
@@ -43,7 +44,7 @@ ROLE_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher st
 
 def role_process_name(role: str, index: int) -> str:
     """The name a role process shows in /proc/PID/comm, ps and top (15 characters at most)."""
-    return f"rlb-{role}" if role != "actor" else f"rlb-actor-{index}"
+    return f"rlb-{roles.role_name(role, index)}"
 
 
 def _linux_process_setup(name: str) -> None:
@@ -77,6 +78,11 @@ def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any
         results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
         raise SystemExit(1) from None
     results.put((spec.role, spec.index, "ok", report))
+
+
+def _called(handle: RoleHandle) -> str:
+    """A role as a sentence names it: the replay node, learner-1."""
+    return "the replay node" if handle.role == "replay" else handle.name
 
 
 def listen_address(transport: Any, name: str, host: str) -> str | None:
@@ -113,7 +119,7 @@ class RoleHandle:
 
     @property
     def name(self) -> str:
-        return self.role if self.role != "actor" else f"actor-{self.index}"
+        return roles.role_name(self.role, self.index)
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -177,8 +183,8 @@ class LocalLauncher:
                 return self.announcements.get(timeout=POLL_S)
             except queue.Empty:
                 if not node.alive():
-                    raise RoleFailedError(f"the replay node exited before it listened: {self.failure_of(node)}")
-        raise RoleFailedError("the replay node did not start listening within 2 minutes")
+                    raise RoleFailedError(f"{_called(node)} exited before it listened: {self.failure_of(node)}")
+        raise RoleFailedError(f"{_called(node)} did not start listening within 2 minutes")
 
     def _drain(self, timeout: float) -> None:
         """Read finished roles' outcomes. Roles block on a large report until it is read, so the
@@ -188,7 +194,7 @@ class LocalLauncher:
             role, index, status, payload = self.results.get(timeout=timeout)
         except queue.Empty:
             return
-        self.outcomes[role if role != "actor" else f"actor-{index}"] = (status, payload)
+        self.outcomes[roles.role_name(role, index)] = (status, payload)
 
     def collect(self) -> dict[str, tuple[str, Any]]:
         self._drain(timeout=0.05)
@@ -255,9 +261,11 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options)
     base.config["replay"] = plan.replay.name
 
-    def role(name: str, address: str, index: int = 0) -> RoleSpec:
+    def role(name: str, address: str, index: int = 0, **group: Any) -> RoleSpec:
         return dataclasses.replace(base, role=name, address=address, index=index,
-                                   secret=messages.role_key(secret, name, index))
+                                   secret=messages.role_key(secret, name, index), **group)
+
+    n_learners = policy_of(config).learners(config)
 
     transport = plan.transport.create(**plan.options.get("transport", {}))
     launcher = launcher or make_launcher(config, plan, transport)  # a cluster's pre-flight refuses here
@@ -271,7 +279,11 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
         node = launcher.start(dataclasses.replace(base, role="replay", address=bound or "", secret=secret,
                                                   layout=run_layout(config, plan)))
         address = launcher.wait_address(node)
-        learner = launcher.start(role("learner", address))
+        learners = [launcher.start(role("learner", address, 0, learners=n_learners))]
+        if n_learners > 1:  # learner 0 announces its group's rendezvous; the others join it there
+            rendezvous = launcher.wait_address(learners[0])
+            learners += [launcher.start(role("learner", address, rank, learners=n_learners, rendezvous=rendezvous))
+                         for rank in range(1, n_learners)]
         actors = [launcher.start(role("actor", address, i)) for i in range(config.actors)]
         control = Channel(transport.connect(address, timeout=REQUEST_TIMEOUT_S),
                           reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
@@ -295,9 +307,10 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 first_progress = time.perf_counter() - started  # start-up, on this host's clock (within a poll)
             if last_state["finished"]:
                 break
-            if not learner.alive():  # before the run is over: nothing would sample, the actors would stall
-                stop_reason = (f"the learner died ({launcher.failure_of(learner)})" if learner.exitcode != 0
-                               else "the learner stopped before the run was over (exit code 0)")
+            stopped = next((learner for learner in learners if not learner.alive()), None)
+            if stopped is not None:  # before the run is over: nothing would sample, the actors would stall
+                stop_reason = (f"{stopped.name} died ({launcher.failure_of(stopped)})" if stopped.exitcode != 0
+                               else f"{stopped.name} stopped before the run was over (exit code 0)")
                 break
             for actor in actors:
                 if not actor.alive() and actor.exitcode != 0 and actor.name not in reported_dead:
@@ -418,8 +431,19 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
         accounting.drop("sent by an actor, never stored by the replay node" if node_report is not None else
                         "acknowledged after the launcher's last status poll (the node's final count died with it)",
                         unaccounted)
-    learner = reports.get("learner", {})
-    stats = LoopStats(env_steps=counted["produced"], updates=learner.get("updates", 0), samples=learner.get("samples", 0))
+    learner = reports.get("learner", {})  # learner 0's: every learner of a group makes the same updates
+    learner_reports = [r for name, r in reports.items() if name == "learner" or name.startswith("learner-")]
+    stats = LoopStats(env_steps=counted["produced"], updates=learner.get("updates", 0),
+                      samples=sum(r.get("samples", 0) for r in learner_reports))
+    groups = [r["group"] for r in learner_reports if "group" in r]
+    if groups:  # several learners: whether they stayed identical is measured, not assumed
+        stats.extra["learner_group"] = {
+            "learners": len(groups), "backend": groups[0]["backend"],
+            "parameters_identical": all(g["parameters_identical"] for g in groups),
+            "max_parameter_spread": max(g["max_parameter_spread"] for g in groups),
+            "checked_updates": min(g["checked_updates"] for g in groups),
+            "allreduce_s": {r["role"]: r["group"]["allreduce_s"] + r["group"]["agreement_wait_s"] for r in learner_reports
+                            if "group" in r}}
     if node_report:
         stats.first_step_t, stats.last_step_t = node_report.get("first_insert_t"), node_report.get("last_insert_t")
         stats.extra["steady_env_steps_per_s"] = node_report["steady_env_steps_per_s"]

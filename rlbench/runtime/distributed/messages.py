@@ -150,6 +150,11 @@ class Op(enum.IntEnum):
 
 
 ROLES = ("actor", "learner", "launcher")
+
+
+def role_name(role: str, index: int) -> str:
+    """How a role is called in reports: actor-i, learner (learner 0) and learner-i, launcher, replay."""
+    return f"{role}-{index}" if role == "actor" or index else role
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
 STATE_FIELDS = ("finished", "produced", "stored", "params_version", "learner_updates", "actors")
 ALLOWED_ROLES: dict[Op, frozenset[str]] = {

@@ -98,7 +98,7 @@ class Peer:
 
     @property
     def name(self) -> str:
-        return f"actor-{self.index}" if self.role == "actor" else self.role
+        return messages.role_name(self.role, self.index)
 
 
 @dataclass

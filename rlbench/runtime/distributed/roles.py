@@ -21,10 +21,11 @@ from rlbench.metrics import Recorder, time_split
 from rlbench.plugins import get_registry
 from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel, RemoteError
-from rlbench.runtime.distributed.messages import WireError
+from rlbench.runtime.distributed.messages import WireError, role_name
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
 from rlbench.runtime.distributed.replay_client import ReplayClient
 from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
+from rlbench.runtime.policies.data_parallel import GroupEnded
 
 ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a round trip and the node's work)
 PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
@@ -33,8 +34,9 @@ REQUEST_TIMEOUT_S = 60.0
 # What a role's own histograms say about where its time went (its replay client adds the time it was
 # blocked in replay and weights calls; the rest of its loop is rlbench's bookkeeping).
 ACTOR_TIMES = {"env.step": "env", "actor.inference": "inference"}
-LEARNER_TIMES = {"learner.update": "learner"}
+LEARNER_TIMES = {"learner.update": "learner"}  # (a learner group's collectives are taken out of it: "allreduce")
 NODE_LOST = (RemoteError, ConnectionError, OSError, WireError)  # what talking to a replay node that is gone raises
+GROUP_LOST = (RuntimeError,)  # what a torch.distributed collective raises when a learner of the group is gone
 
 
 @dataclass
@@ -51,6 +53,15 @@ class RoleSpec:
     # can act as itself only. Travels with the spec, never on a command line.
     secret: bytes | None = field(default=None, repr=False)
     layout: dict[str, Any] | None = None  # the run's transitions (messages.transition_layout), for the node
+    # A learner's group, when the run's distribution policy has several (index = its rank): how many
+    # learners, where learner 0's rendezvous is (learner 0: ""), and the host learner 0 listens on.
+    learners: int = 1
+    rendezvous: str = ""
+    host: str = "127.0.0.1"
+
+    @property
+    def name(self) -> str:
+        return role_name(self.role, self.index)
 
     @property
     def run_config(self) -> RunConfig:
@@ -250,6 +261,10 @@ def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool) -
 
 # ------------------------------------------------------------------------------------ learner
 def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
+    """The learner loop: draw a batch (SAMPLE, or the node's push), update, send the new priorities,
+    publish weights every publish_every updates. Under a policy with several learners (the run's
+    distribution policy gives this learner its group), it draws its share of every batch, trains in
+    step with the others, and only learner 0 publishes."""
     t0, cpu0 = time.perf_counter(), os.times()
     registry, config, algorithm, hp = _components(spec)
     transport, capabilities = _transport(registry, spec)
@@ -259,11 +274,19 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     probe_env.close()
     compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
     learner = algorithm.make_learner(env_spec, compute, hp, config.seed)
+    group = None
+    if spec.learners > 1:
+        policy = registry.get("policy", config.policy).create()
+        group = policy.learner_group(spec.index, spec.learners, spec.rendezvous, spec.host, announce)
+        group.attach(learner)
+    batch_size = group.share(hp.batch_size) if group is not None else hp.batch_size
+    publishes = spec.index == 0
     prioritized = registry.get("replay", config.replay).capabilities.prioritized
     recorder = Recorder()
     client = connect(spec, transport, capabilities, recorder, "learner")
     in_network = config.placement == "in-network"
-    client.publish_params(learner.weights(), learner.updates)
+    if publishes:
+        client.publish_params(learner.weights(), learner.updates)
     beta = beta_at(hp, 0, spec.total_steps)
     if in_network:
         client.credit(PUSH_CREDIT, beta)
@@ -274,11 +297,18 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     loop_t0 = time.perf_counter()
     try:
         while True:
-            sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(hp.batch_size, beta)
+            sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(batch_size, beta)
+            if group is not None:
+                group.begin_step(alive=sample is not None)
             if sample is None:
+                if group is not None:
+                    group.leave()
                 break
             t_a = time.perf_counter_ns()
-            priorities, _ = learner.update(sample)
+            try:
+                priorities, _ = learner.update(sample)
+            except GroupEnded:  # another learner reached the end: all stop at this step
+                break
             h_learn.record(time.perf_counter_ns() - t_a)
             updates += 1
             samples += len(sample.indices)
@@ -286,14 +316,26 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             indices, priorities = (sample.indices, to_host(priorities)) if prioritized else nothing
             client.update_priorities(indices, priorities, learner_updates=learner.updates,
                                      credit=1 if in_network else None, beta=beta)
-            if updates % hp.publish_every == 0:
+            if publishes and updates % hp.publish_every == 0:
                 client.publish_params(learner.weights(), learner.updates)
-        client.publish_params(learner.weights(), learner.updates)  # final weights, for evaluation
+        if publishes:
+            client.publish_params(learner.weights(), learner.updates)  # final weights, for evaluation
     except NODE_LOST as exc:
         lost = f"lost the replay node: {type(exc).__name__}: {exc}"
-    split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, client.blocked_s())
-    report = {"role": "learner", "updates": updates, "samples": samples, "histograms": _histograms(recorder),
+    except GROUP_LOST as exc:  # a learner of the group is gone: its collective failed here
+        if group is None:
+            raise
+        lost = f"lost a learner of its group: {type(exc).__name__}: {exc}"
+    measured = client.blocked_s()
+    if group is not None:  # the group's collectives ran inside the algorithm's update: their own line
+        measured["allreduce"] = (group.allreduce_ns + group.agreement_ns) / 1e9
+        measured["learner"] = -measured["allreduce"]
+    split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, measured)
+    report = {"role": spec.name, "updates": updates, "samples": samples, "histograms": _histograms(recorder),
               "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
               **_times(t0, cpu0)}
+    if group is not None:
+        report["group"] = group.report()
+        group.close()
     _leave(client, report, lost)
     return report

@@ -1,0 +1,204 @@
+"""N learners in data parallel: each samples its share of every batch from the replay node, and their
+gradients are averaged with torch.distributed's all-reduce before every optimizer step, so all
+learners hold the same parameters and the algorithm's work per env step is what the user set.
+
+How, without changing the algorithm's code:
+- Rendezvous: learner 0 opens a torch.distributed TCPStore on a free port of its host and announces
+  it through its launcher (the same channel by which the replay node announces its address; on Ray,
+  Ray carries it); the other learners join it. gloo on the CPU, NCCL when the learner is on CUDA.
+- Gradients: every parameter an optimizer of the learner steps gets a post-accumulate-grad hook;
+  when all of an optimizer's parameters have their gradient from a backward pass, one flat
+  all-reduce averages them, before the algorithm's own gradient clipping and optimizer step (the
+  order DistributedDataParallel keeps, by the same means: hooks in backward).
+- Ending together: after drawing its batch (or END), each learner posts an asynchronous all-reduce
+  of [alive, checksum of its parameters, checksum squared]; the first gradient hook of the step
+  waits for it. If a learner got END, every learner stops at that step (its batch is dropped) — no
+  learner is left waiting in a collective. The checksums prove after every update that the
+  learners' parameters are identical (their spread, not an assumption, is in the result).
+- A learner lost mid-run: the survivors' collective fails (gloo sees the connection close; a
+  timeout bounds the rest) and they end with that reason; the launcher stops the run (exit 1).
+
+Default: one replay node that every learner samples (not a shard per learner): the sampling law
+over all stored transitions (proportional prioritization included) is then the single learner's,
+and the rate limiter counts every learner's samples; shards would need sampling across them in
+proportion to their total priority (issue #24).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+from rlbench.builtin import capabilities as caps
+from rlbench.errors import InvalidCombinationError, RlbenchError
+
+COLLECTIVE_TIMEOUT_S = 60.0  # a collective that cannot finish (a learner gone without a trace) fails after this
+IDENTICAL_RTOL = 1e-9  # relative spread of the learners' parameter checksums still called identical
+
+
+class GroupEnded(RlbenchError):
+    """Another learner of the group reached the end of the run: this one stops at the same step."""
+
+
+class DataParallel:
+    capabilities = caps.DATA_PARALLEL
+
+    def check(self, config: Any, hp: Any) -> None:
+        if config.learners < 1:
+            raise InvalidCombinationError(f"--learners must be at least 1, got {config.learners}")
+        if config.placement != "server":
+            raise InvalidCombinationError(f"policy data-parallel runs its learners beside a replay node they sample "
+                                          f"from: use --placement server (not {config.placement})")
+        if hp.batch_size % config.learners:
+            raise InvalidCombinationError(f"batch_size {hp.batch_size} does not split into {config.learners} equal "
+                                          f"shares: choose --learners dividing it (the global batch stays the user's)")
+
+    def learners(self, config: Any) -> int:
+        return config.learners
+
+    def learner_group(self, rank: int, world: int, rendezvous: str, host: str, announce: Any) -> "TorchLearnerGroup":
+        return TorchLearnerGroup(rank, world, rendezvous, host, announce)
+
+
+class TorchLearnerGroup:
+    """One learner's membership of the group (rlbench.protocols.LearnerGroup), on torch.distributed."""
+
+    def __init__(self, rank: int, world: int, rendezvous: str, host: str, announce: Any) -> None:
+        import torch.distributed as dist
+
+        self.rank, self.world = rank, world
+        self._dist = dist
+        timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        if rank == 0:  # the store listens on a free port of this host, then says where
+            self._store = dist.TCPStore(host, 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
+            announce(f"{host}:{self._store.port}")
+        else:
+            store_host, _, port = rendezvous.rpartition(":")
+            self._store = dist.TCPStore(store_host.strip("[]"), int(port), world, is_master=False, timeout=timeout)
+        self._timeout = timeout
+        self._backend = "gloo"
+        self._joined = False
+        self._optimizers: list[Any] = []
+        self._parameters: list[list[Any]] = []  # per optimizer, the parameters it steps
+        self._pending: list[set[int]] = []  # per optimizer, parameters whose gradient has not come this step
+        self._step: Any = None  # the step's agreement: (work, tensor) of the posted all-reduce
+        self._agreed = False
+        self.allreduce_ns = 0  # time in gradient all-reduces, waits included
+        self.agreement_ns = 0  # time waiting for the step agreement
+        self.collectives = 0
+        self.checked_updates = 0
+        self.max_spread = 0.0  # largest relative spread of the parameter checksums seen
+        self.ended = ""
+
+    # ------------------------------------------------------------------------------------ set-up
+    def share(self, batch_size: int) -> int:
+        return batch_size // self.world
+
+    def attach(self, learner: Any) -> None:
+        """Average the gradients of every optimizer the learner has (its torch.optim.Optimizer
+        attributes, in definition order), from the start on identical parameters."""
+        import torch
+
+        self._optimizers = [value for value in vars(learner).values() if isinstance(value, torch.optim.Optimizer)]
+        if not self._optimizers:
+            raise RlbenchError(f"{type(learner).__name__} has no torch optimizer to average gradients for: "
+                               "policy data-parallel needs a learner that trains with one")
+        device = next(p for o in self._optimizers for g in o.param_groups for p in g["params"]).device
+        self._backend = "nccl" if device.type == "cuda" else "gloo"
+        self._dist.init_process_group(self._backend, store=self._store, rank=self.rank, world_size=self.world,
+                                      timeout=self._timeout)
+        self._joined = True
+        for index, optimizer in enumerate(self._optimizers):
+            parameters = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+            self._parameters.append(parameters)
+            self._pending.append(set())
+            for parameter in parameters:
+                parameter.register_post_accumulate_grad_hook(self._hook(index))
+        with torch.no_grad():  # identical from the first update, whatever each process's seed did
+            for parameters in self._parameters:
+                for parameter in parameters:
+                    self._dist.broadcast(parameter.data, src=0)
+        self._device = device
+
+    # ------------------------------------------------------------------------------- every step
+    def begin_step(self, alive: bool) -> None:
+        """Post this learner's part of the step's agreement: whether it has a batch, and a checksum of
+        its parameters (they must be identical across learners after every update)."""
+        import torch
+
+        with torch.no_grad():
+            checksum = sum(float(p.detach().double().sum()) for ps in self._parameters for p in ps)
+        values = torch.tensor([1.0 if alive else 0.0, checksum, checksum * checksum], dtype=torch.float64,
+                              device=self._device)
+        self._step = (self._dist.all_reduce(values, async_op=True), values)
+        self._agreed = False
+
+    def _agree(self) -> None:
+        """Wait for the step's agreement; raise GroupEnded when a learner has no batch."""
+        if self._agreed:
+            return
+        started = time.perf_counter_ns()
+        work, values = self._step
+        work.wait()
+        self.agreement_ns += time.perf_counter_ns() - started
+        self.collectives += 1
+        alive, total, squares = (float(v) for v in values.tolist())
+        self._agreed = True
+        if alive < self.world:
+            self.ended = "another learner reached the end of the run"
+            raise GroupEnded(self.ended)
+        mean = total / self.world
+        spread = max(0.0, squares / self.world - mean * mean) ** 0.5
+        self.max_spread = max(self.max_spread, spread / max(abs(mean), 1e-30))
+        self.checked_updates += 1
+
+    def _hook(self, index: int) -> Any:
+        def averaged_when_complete(parameter: Any) -> None:
+            pending = self._pending[index]
+            if not pending:  # the first gradient of this optimizer's backward
+                self._agree()
+                pending.update(id(p) for p in self._parameters[index])
+            pending.discard(id(parameter))
+            if not pending:
+                self._average(index)
+        return averaged_when_complete
+
+    def _average(self, index: int) -> None:
+        import torch
+
+        started = time.perf_counter_ns()
+        grads = [p.grad for p in self._parameters[index]]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self._dist.all_reduce(flat)
+        flat.div_(self.world)
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+        self.allreduce_ns += time.perf_counter_ns() - started
+        self.collectives += 1
+
+    def leave(self) -> None:
+        """This learner got END: its agreement says so (the others stop at this step too)."""
+        if self._joined and self._step is not None and not self._agreed:
+            try:
+                self._agree()
+            except GroupEnded:
+                pass
+
+    # ------------------------------------------------------------------------------------ after
+    def report(self) -> dict[str, Any]:
+        return {"policy": "data-parallel", "rank": self.rank, "world": self.world, "backend": self._backend,
+                "allreduce_s": self.allreduce_ns / 1e9, "agreement_wait_s": self.agreement_ns / 1e9,
+                "collectives": self.collectives, "checked_updates": self.checked_updates,
+                "parameters_identical": self.max_spread <= IDENTICAL_RTOL,
+                "max_parameter_spread": self.max_spread, "ended": self.ended}
+
+    def close(self) -> None:
+        if self._joined:
+            try:
+                self._dist.destroy_process_group()
+            except Exception:  # a collective already failed: the group is gone either way
+                pass
+            self._joined = False

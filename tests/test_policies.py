@@ -1,0 +1,218 @@
+"""Distribution policies (issue #23): the policy axis is configuration, the algorithm never changes.
+Several data-parallel learners hold exactly the parameters one learner would on the whole batch;
+they learn; a lost learner stops the run in order; every policy, built-in or a plugin's, passes the
+kit; what a policy cannot carry is refused before a run starts."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+
+from support import kill_role_when_running, run_cli, write_plugin_dist
+from rlbench.config import RunConfig
+from rlbench.errors import RlbenchError
+from rlbench.runner import check, run
+from rlbench.testing import check_policy
+
+UPDATES = 6
+GLOBAL_BATCH = 64
+# float32 sums of two halves, averaged, against one sum over the whole batch: the same up to rounding
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _algorithm_and_spec(name: str):
+    from rlbench.algorithms.ddpg import DDPG
+    from rlbench.algorithms.dqn import DQN
+    from rlbench.protocols import EnvSpec
+
+    if name == "dqn":
+        spec = EnvSpec(id="t", num_envs=1, observation_shape=(4,), observation_dtype="float32", action_kind="discrete",
+                       n_actions=2)
+        return DQN(), spec
+    spec = EnvSpec(id="t", num_envs=1, observation_shape=(3,), observation_dtype="float32", action_kind="continuous",
+                   action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+    return DDPG(), spec
+
+
+def _batches(name: str, spec) -> list[dict[str, np.ndarray]]:
+    """UPDATES global batches of made-up transitions (rewards large enough to clip DQN's gradient)."""
+    rng = np.random.default_rng(5)
+    batches = []
+    for _ in range(UPDATES):
+        n = GLOBAL_BATCH
+        action = (rng.integers(0, 2, n) if name == "dqn" else rng.uniform(-2, 2, (n, 1)).astype(np.float32))
+        batches.append({"obs": rng.standard_normal((n, *spec.observation_shape), dtype=np.float32), "action": action,
+                        "reward": rng.uniform(-50, 50, n).astype(np.float32),
+                        "next_obs": rng.standard_normal((n, *spec.observation_shape), dtype=np.float32),
+                        "done": (rng.random(n) < 0.1).astype(np.float32),
+                        "weights": rng.uniform(0.2, 1.0, n).astype(np.float32)})
+    return batches
+
+
+def _train(name: str, rank: int, world: int, rendezvous: str, announced, results) -> None:
+    """A learner process of a group (world > 1) or alone (world 1): UPDATES updates on its share."""
+    import torch
+
+    from rlbench.builtin.compute_cpu import CpuCompute
+    from rlbench.protocols import Sample
+    from rlbench.runtime.policies.data_parallel import DataParallel
+
+    torch.set_num_threads(1)
+    algorithm, spec = _algorithm_and_spec(name)
+    # DQN's gradient clipping binds here (norms ~0.25): averaging must come before it, as in one learner
+    config = algorithm.Config(batch_size=GLOBAL_BATCH, policy_delay=1) if name == "ddpg" else \
+        algorithm.Config(batch_size=GLOBAL_BATCH, max_grad_norm=0.05)
+    learner = algorithm.make_learner(spec, CpuCompute(), config, seed=3)
+    group = None
+    if world > 1:
+        group = DataParallel().learner_group(rank, world, rendezvous, "127.0.0.1", announced.put)
+        group.attach(learner)
+    share = GLOBAL_BATCH // world
+    for batch in _batches(name, spec):
+        part = {key: value[rank * share:(rank + 1) * share] for key, value in batch.items()}
+        weights = part.pop("weights")
+        if group is not None:
+            group.begin_step(alive=True)
+        learner.update(Sample(np.arange(share), part, weights))
+    parameters = [w.copy() for w in learner.weights()]
+    report = group.report() if group is not None else None
+    if group is not None:
+        group.close()
+    results.put((rank, parameters, report))
+
+
+@pytest.mark.parametrize("name", ["dqn", "ddpg"])
+def test_two_data_parallel_learners_on_the_same_samples_hold_one_learners_parameters_on_the_whole_batch(name):
+    context = multiprocessing.get_context("spawn")
+    announced, results = context.Queue(), context.Queue()
+    alone = context.Process(target=_train, args=(name, 0, 1, "", announced, results))
+    alone.start()
+    first = context.Process(target=_train, args=(name, 0, 2, "", announced, results))
+    first.start()
+    rendezvous = announced.get(timeout=60)
+    second = context.Process(target=_train, args=(name, 1, 2, rendezvous, announced, results))
+    second.start()
+    got = [results.get(timeout=120) for _ in range(3)]
+    for process in (alone, first, second):
+        process.join(30)
+        assert process.exitcode == 0
+    single = next(p for rank, p, report in got if report is None)
+    group = [(p, report) for rank, p, report in got if report is not None]
+    assert len(group) == 2
+    for parameters, report in group:
+        assert report["parameters_identical"] and report["checked_updates"] == UPDATES  # before each update
+        for theirs, ours in zip(single, parameters):
+            np.testing.assert_allclose(ours, theirs, rtol=RTOL, atol=ATOL)
+    for a, b in zip(group[0][0], group[1][0]):  # the two learners of the group: the same, bit for bit
+        np.testing.assert_array_equal(a, b)
+    # and the updates moved the parameters far beyond the tolerance (so the comparison means something)
+    _, spec = _algorithm_and_spec(name)
+    assert group[0][1]["collectives"] > UPDATES
+
+
+# ----------------------------------------------------------------------------------- whole runs
+def dp_config(**kw) -> RunConfig:
+    values = dict(policy="data-parallel", learners=2, placement="server", transport="tcp", actors=1, seed=0,
+                  eval_episodes=10)
+    values.update(kw)
+    return RunConfig(**values)
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole_with_two_data_parallel_learners():
+    from rlbench.bench.matrix import time_to_threshold
+
+    result = run(dp_config(steps=30_000, hyperparameters={"publish_every": 4}))
+    assert result["status"] == "complete" and result["accounting"]["balanced"]
+    group = result["loop"]["learner_group"]
+    assert group["learners"] == 2 and group["parameters_identical"] and group["checked_updates"] > 1000
+    curve = result["learning_curve"]
+    assert not np.isnan(time_to_threshold(curve, 120.0, 20)), "the mean of 20 training episodes never reached 120"
+
+
+@pytest.mark.slow
+def test_ddpg_learns_pendulum_with_two_data_parallel_learners():
+    result = run(dp_config(algo="ddpg", env="Pendulum-v1", steps=15_000, hyperparameters={"publish_every": 4}))
+    assert result["status"] == "complete" and result["accounting"]["balanced"]
+    assert result["loop"]["learner_group"]["parameters_identical"]
+    assert result["evaluation"]["mean_return"] > -400.0
+
+
+def test_a_learner_of_the_group_lost_mid_run_stops_the_run_in_order():
+    killed: list = []
+    kill_role_when_running("rlb-learner-1", after_s=3.0, killed=killed)
+    started = time.monotonic()
+    result = run(dp_config(steps=200_000, hyperparameters={"learning_starts": 300, "batch_size": 32}))
+    assert killed, "learner-1 never ran"
+    assert result["status"] == "incomplete" and "learner-1 died" in result["status_reason"]
+    assert result["accounting"]["balanced"]
+    assert time.monotonic() - started < 120  # no learner left waiting in a collective
+
+
+# -------------------------------------------------------------------------------- refusals, kit
+@pytest.mark.parametrize("name", ["single-learner", "data-parallel", "device"])
+def test_every_built_in_policy_passes_the_kit(name):
+    check_policy(name)
+
+
+@pytest.mark.parametrize("config, complaint", [
+    (RunConfig(learners=2), "policy single-learner runs one learner, not --learners 2"),
+    (RunConfig(policy="data-parallel", learners=2, placement="in-network", transport="tcp"),
+     "policy data-parallel runs with placement server, not in-network"),
+    (RunConfig(policy="data-parallel", learners=3, placement="server", transport="tcp"),
+     "batch_size 128 does not split into 3 equal shares"),
+    (RunConfig(policy="device", placement="server", transport="tcp"), "policy device runs with placement local"),
+    (RunConfig(policy="data-paralel"), "did you mean 'data-parallel'"),
+])
+def test_a_run_a_policy_cannot_carry_is_refused_before_it_starts(config, complaint):
+    from rlbench.plugins import get_registry
+
+    with pytest.raises(RlbenchError, match=complaint):
+        check(config, get_registry())
+
+
+def test_the_cli_runs_data_parallel_beside_its_replay_node_and_shows_the_group(tmp_path):
+    done = run_cli("run", "--policy", "data-parallel", "--learners", "2", "--transport", "tcp", "--steps", "1500",
+                   "--hp", "learning_starts=300", "--hp", "batch_size=32", "--out", str(tmp_path), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "placement=server" in done.stdout and "policy=data-parallel  learners=2" in done.stdout
+    assert "learner group: 2 learners (gloo), parameters identical" in done.stdout
+
+
+POLICY_PLUGIN = """
+from rlbench.hookspecs import hookimpl
+from rlbench.protocols import PolicyCapabilities
+from rlbench.errors import InvalidCombinationError
+
+class Lonely:
+    capabilities = PolicyCapabilities(learners="one", distributed=True, placements=("server",))
+    def check(self, config, hp):
+        if config.placement != "server" or config.learners != 1:
+            raise InvalidCombinationError("lonely runs one learner beside a replay node")
+    def learners(self, config):
+        return 1
+    def learner_group(self, rank, world, rendezvous, host, announce):
+        return None
+
+@hookimpl
+def rlbench_register_policies(register):
+    register("lonely", Lonely, capabilities=Lonely.capabilities, description="a plugin's policy")
+"""
+
+
+def test_a_plugins_policy_is_registered_through_the_hook_listed_and_checked(tmp_path):
+    root = write_plugin_dist(tmp_path, "rlbench-lonely", "lonely", "rlbench_lonely", POLICY_PLUGIN)
+    listed = run_cli("list", "--kind", "policy", env_extra={"PYTHONPATH": str(root)})
+    assert listed.returncode == 0 and "lonely" in listed.stdout and "data-parallel" in listed.stdout
+    import sys
+
+    sys.path.insert(0, str(root))
+    try:
+        from rlbench_lonely import Lonely
+
+        check_policy(Lonely)
+    finally:
+        sys.path.remove(str(root))
