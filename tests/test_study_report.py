@@ -1,0 +1,226 @@
+"""Issue #26's targets on studies with known values: a 2-environment x 2-replay x 5-seed study whose
+results are fabricated from one real run's result (so every figure has data, and every number is
+known): its report shows every figure and renders in headless Chromium without a console error;
+when wall clock favours one replay and env steps the other, the default verdict follows env steps
+and the wall-clock table says it is wall clock; the report's aggregates equal rliable's on the
+normalised scores; `compare STUDY --a --b`; `sweep --until-ci` and `--rerun-contended` on real
+cells; `show` prints the curves."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import struct
+
+import numpy as np
+import pytest
+
+from support import run_cli
+from rlbench.builtin.reference_scores import REFERENCE_SCORES
+from rlbench.report import browser
+
+TINY = ["--steps", "600", "--eval-episodes", "1", "--hp", "learning_starts=200", "--hp", "batch_size=32"]
+ENVS = ("CartPole-v1", "Acrobot-v1")
+REPLAYS = ("prioritized", "uniform")
+TARGETS = {"CartPole-v1": 200.0, "Acrobot-v1": -300.0}
+SEEDS = range(5)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """One real result (a tiny run with --eval-every), the model every fabricated result is made from."""
+    path = tmp_path_factory.mktemp("template") / "run.json"
+    done = run_cli("run", *TINY, "--eval-every", "200", "--out", str(path), env_extra={"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(path.read_text())
+
+
+def _final(env: str, replay: str, seed: int) -> float:
+    """Known final greedy returns: uniform ahead on CartPole, prioritized on Acrobot."""
+    if env == "CartPole-v1":
+        return (420.0 if replay == "uniform" else 300.0) + 10.0 * seed
+    return (-150.0 if replay == "prioritized" else -260.0) + 8.0 * seed
+
+
+def _reach_step(replay: str, seed: int) -> int:
+    """Prioritized reaches the target in fewer env steps..."""
+    return (3000 if replay == "prioritized" else 6000) + 250 * seed
+
+
+def _seconds_per_step(replay: str) -> float:
+    """...but on a loaded machine, so in more wall time."""
+    return 0.010 if replay == "prioritized" else 0.002
+
+
+def fabricate(template: dict, folder, env: str, replay: str, seed: int, *, name: str = "envs-replay",
+              contended: bool = False) -> dict:
+    data = copy.deepcopy(template)
+    per_step, reach, final = _seconds_per_step(replay), _reach_step(replay, seed), _final(env, replay, seed)
+    random = REFERENCE_SCORES[env].random
+    data["config"].update(env=env, replay=replay, seed=seed, steps=10000)
+    data["status"], data["status_reason"] = "complete", None
+    data["evaluation"] = {"episodes": 5, "mean_return": final, "std_return": 1.0, "min_return": final,
+                          "max_return": final, "success_rate": None}
+    steps = range(1000, 10001, 1000)
+    data["evaluation_curve"] = {"every": 1000, "episodes": 5, "seconds": 0.5, "cpu_s": 0.4, "points": [
+        {"step": s, "updates": s - 500, "time_s": s * per_step, "cpu_s": s * per_step * 0.9, "episodes": 5,
+         "return": random if s < reach else final, "std_return": 1.0} for s in steps]}
+    data["learning_curve"] = [{"step": s, "time_s": s * per_step, "return": random if s < reach + 1000 else final,
+                               "length": 50} for s in range(50, 10001, 50)]
+    wall = 10000 * per_step + 2.0
+    data["timing"].update(wall_s=wall, cpu_s=wall * 0.9, evaluating_s=0.5, evaluating_cpu_s=0.4, started_unix=1e9 + seed)
+    data["throughput"].update(env_steps=10000, env_steps_per_s=10000 / wall, updates_per_s=9500 / wall)
+    data["machine_state"] = dict(data.get("machine_state") or {}, contended=contended,
+                                 warning="measured on a contended machine: other processes used 1.20 core(s) meanwhile"
+                                 if contended else "")
+    cell = f"env-{env}_replay-{replay}_seed-{seed}"
+    data["study"] = {"name": name, "cell": cell, "combination": {"env": env, "replay": replay}, "seed": seed,
+                     "axes": ["env", "replay"], "target_return": TARGETS, "target_window": 5,
+                     "reference_scores": {}, "requested": {}, "concurrent_cells": 1}
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    (folder / "runs" / f"{cell}.json").write_text(json.dumps(data))
+    return data
+
+
+@pytest.fixture(scope="module")
+def envs_study(template, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("envs") / "envs-replay"
+    for seed in SEEDS:
+        for env in ENVS:
+            for replay in REPLAYS:
+                fabricate(template, folder, env, replay, seed, contended=(replay, seed) in {("prioritized", 1),
+                                                                                           ("uniform", 3)})
+    return folder
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_of_a_two_environment_study_shows_every_figure_and_renders_clean(envs_study, tmp_path):
+    if browser.chromium() is None:
+        pytest.fail("chromium not installed (scripts/setup.sh installs it: apt-get install chromium)")
+    page, shot = tmp_path / "report.html", tmp_path / "report.png"
+    made = run_cli("report", str(envs_study), "--out", str(page), "--price", "cpu=0.05", "--screenshot", str(shot),
+                   "--screenshot-size", "1300x3000", timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert "warning: the page printed" not in made.stderr
+    html = page.read_text()
+    titles = re.findall(r"<b>([^<]+)\.</b>", html)
+    for figure in ("Learning curves", "Evaluation curves", "Aggregates over environments", "Performance profile",
+                   "Where the time goes", "Latency CDFs"):
+        assert figure in titles, (figure, titles)
+    for text in ("Verdict — clock: env steps", "env steps to target", "updates to target", "wall time to target (s)",
+                 "CPU-seconds to target", "USD to target", "Cost to the target", "optimality gap",
+                 "P(row beats column) over environments: normalised final score", "(clock: wall clock)",
+                 "4 of 20 run(s) of &#x27;envs-replay&#x27; were measured on a contended machine",
+                 "energy (rapl): absent", "normalised final score exceeds each threshold τ, every environment&#x27;s runs pooled"):
+        assert text in html, text
+    assert html.count("class='warn contended'") == 1  # one box for the study, every contended run in it
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
+    assert all(w >= 400 and h >= 200 for w, h in (_png_size(base64.b64decode(i)) for i in images))
+    dom = browser.dump_dom(page.as_uri())
+    assert dom.returncode == 0 and dom.output.count("<img") == len(images)
+    assert not dom.console, dom.console
+    from matplotlib.image import imread
+
+    pixels = (imread(shot)[..., :3] * 255).round().astype(int)
+    for colour in ((31, 119, 180), (255, 127, 14)):  # the first two lines' colours: figures decoded and drawn
+        assert (np.abs(pixels - colour).sum(axis=-1) < 30).sum() > 200, colour
+
+
+def test_default_verdict_follows_env_steps_and_the_wall_clock_table_says_wall_clock(envs_study):
+    """Issue #26's case: on a loaded machine wall clock favours uniform replay, while counted in env
+    steps prioritized reaches the target first."""
+    from rlbench.report.collect import group, load_inputs
+    from rlbench.report.html import improvement_table, verdict_box
+    from rlbench.report.measures import measures
+
+    (study,) = group(load_inputs([str(envs_study)]))
+    found = measures(study)
+    box = verdict_box(study, found)
+    assert "clock: env steps" in box and "Best IQM: replay=prioritized" in box
+    assert "replay=prioritized vs replay=uniform: P = 1.00" in box and "<b>replay=prioritized better</b>" in box
+    wall = improvement_table(study, next(m for m in found if m.key == "time_to_target_s"))
+    assert "wall time to target (s) <span class='clock'>(clock: wall clock)</span>" in wall
+    rows = dict(re.findall(r"<tr><td class='name'>(replay=\w+)</td>(.*?)</tr>", wall))
+    assert "<td class='worse'>0.00" in rows["replay=prioritized"] and "<td class='better'>1.00" in rows["replay=uniform"]
+
+    compared = run_cli("compare", str(envs_study), "--a", "replay=prioritized", "--b", "replay=uniform")
+    assert compared.returncode == 0, compared.stderr
+    verdict = next(line for line in compared.stdout.splitlines() if "verdict" in line)
+    assert "verdict (clock: env steps; env steps to target): A better, P(A beats B) = 1.00" in verdict
+    wall_line = next(line for line in compared.stdout.splitlines() if line.strip().startswith("wall time to target"))
+    assert wall_line.endswith("B better (intervals apart)")
+    assert "4 of 20 run(s)" in compared.stdout and "env-Acrobot-v1_replay-prioritized_seed-1" in compared.stdout
+
+
+def test_report_aggregates_equal_rliable_on_the_normalised_scores(envs_study):
+    from rliable import metrics
+
+    from rlbench.report.aggregate import aggregate_estimates, improvement, methods
+    from rlbench.report.collect import group, load_inputs
+
+    (study,) = group(load_inputs([str(envs_study)]))
+    matrices = {}
+    for replay in REPLAYS:  # runs x tasks, normalised by hand from the shipped scores
+        matrices[replay] = np.array([[(_final(env, replay, seed) - REFERENCE_SCORES[env].random)
+                                      / (REFERENCE_SCORES[env].reference - REFERENCE_SCORES[env].random)
+                                      for env in ENVS] for seed in SEEDS])
+    reference = {"median": metrics.aggregate_median, "IQM": metrics.aggregate_iqm, "mean": metrics.aggregate_mean,
+                 "optimality gap": metrics.aggregate_optimality_gap}
+    rows = aggregate_estimates(study)
+    assert [m.label for m, _ in rows] == ["replay=prioritized", "replay=uniform"]
+    for method, estimates in rows:
+        matrix = matrices[method.label.removeprefix("replay=")]
+        for name, function in reference.items():
+            assert estimates[name].value == pytest.approx(function(matrix)), (method.label, name)
+            assert estimates[name].kind == "ci" and estimates[name].low <= estimates[name].value <= estimates[name].high
+    prioritized, uniform = methods(study)
+    # the tasks disagree (uniform wins CartPole, prioritized Acrobot): the probability averages them
+    assert improvement(study, prioritized, uniform).value == pytest.approx(
+        metrics.probability_of_improvement(matrices["prioritized"], matrices["uniform"])) == pytest.approx(0.5)
+
+
+def test_study_file_scores_override_the_shipped_ones(template, tmp_path):
+    from rlbench.report.collect import group, load_inputs
+    from rlbench.report.measures import normalised_score
+
+    folder = tmp_path / "override"
+    for seed in range(2):
+        data = fabricate(template, folder, "CartPole-v1", "uniform", seed, name="override")
+        data["study"]["reference_scores"] = {"CartPole-v1": {"random": 20.0, "reference": 500.0}}
+        (folder / "runs" / f"{data['study']['cell']}.json").write_text(json.dumps(data))
+    (study,) = group(load_inputs([str(folder)]))
+    run = study.runs()[0]
+    assert normalised_score(run, study) == pytest.approx((run.data["evaluation"]["mean_return"] - 20.0) / 480.0)
+
+
+def test_compare_within_a_study_refuses_what_it_cannot_select(envs_study):
+    cases = [
+        (["--a", "replya=uniform", "--b", "replay=prioritized"], "'replya' is not an axis of study 'envs-replay'; did you mean 'replay'?"),
+        (["--a", "replay=unifrom", "--b", "replay=prioritized"], "the study has no replay 'unifrom'; did you mean 'uniform'?"),
+        (["--a", "replay=uniform", "--b", "replay=uniform"], "select the same runs"),
+        (["--a", "replay=uniform"], "give both --a and --b"),
+    ]
+    for args, message in cases:
+        done = run_cli("compare", str(envs_study), *args)
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    priced = run_cli("report", str(envs_study), "--price", "cpus=0.05", "--out", "/dev/null")
+    assert priced.returncode == 2 and "no run used 'cpus'; did you mean 'cpu'?" in priced.stderr
+
+
+def test_show_prints_the_learning_and_evaluation_curves(envs_study):
+    path = next((envs_study / "runs").glob("env-CartPole-v1_replay-uniform_seed-0.json"))
+    shown = run_cli("show", str(path))
+    assert shown.returncode == 0, shown.stderr
+    learning = next(line for line in shown.stdout.splitlines() if "learning curve (mean of the last" in line)
+    evaluation = next(line for line in shown.stdout.splitlines() if "evaluation curve (greedy, 5 episodes every 1,000" in line)
+    # the fabricated curves jump from the random score to 420 at 6,000 (evaluation) and 7,000 (training)
+    marks = re.search(r": ([▁-█]+)  22\.2 -> 420\.0", evaluation).group(1)
+    assert marks == "▁" * 5 + "█" * 5
+    assert re.search(r"([▁-█]+)  22\.2 -> 420\.0 \(min 22\.2, max 420\.0; steps 50\.\.10,000\)", learning)
+    assert re.search(r"env steps +1,000 +2,000 .* 10,000", shown.stdout)
