@@ -118,6 +118,22 @@ def test_a_dqn_run_puts_replay_learner_and_actors_on_three_nodes(cluster, placem
         assert node_id[:12] in shown
 
 
+@pytest.mark.parametrize("place", [["rlb_a", "rlb_b"], ["rlb_b"]], ids=["one-per-node", "packed"])
+def test_data_parallel_learners_run_where_place_puts_them_and_meet_through_ray(cluster, place):
+    """Issue #23: two learners on two nodes (or packed on one), their rendezvous announced through
+    Ray by learner 0, gradients averaged over gloo across the nodes, parameters identical."""
+    result = run(ray_config(cluster, policy="data-parallel", learners=2, actors=1, place={"learner": place},
+                            hyperparameters={**SHORT, "batch_size": 32}))
+    assert result["status"] == "complete", result["status_reason"]
+    assert result["accounting"]["balanced"]
+    roles = result["loop"]["roles"]
+    expected = [node_of_resource(place[0]), node_of_resource(place[-1])]
+    assert [roles["learner"]["node"], roles["learner-1"]["node"]] == expected
+    group = result["loop"]["learner_group"]
+    assert group["learners"] == 2 and group["parameters_identical"] and group["checked_updates"] > 10
+    assert roles["learner"]["updates"] == roles["learner-1"]["updates"] > 10
+
+
 def test_impossible_placements_are_refused_before_anything_starts(cluster):
     import ray
 

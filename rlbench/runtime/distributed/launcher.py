@@ -80,7 +80,7 @@ def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any
     results.put((spec.role, spec.index, "ok", report))
 
 
-def _called(handle: RoleHandle) -> str:
+def called(handle: RoleHandle) -> str:
     """A role as a sentence names it: the replay node, learner-1."""
     return "the replay node" if handle.role == "replay" else handle.name
 
@@ -183,8 +183,8 @@ class LocalLauncher:
                 return self.announcements.get(timeout=POLL_S)
             except queue.Empty:
                 if not node.alive():
-                    raise RoleFailedError(f"{_called(node)} exited before it listened: {self.failure_of(node)}")
-        raise RoleFailedError(f"{_called(node)} did not start listening within 2 minutes")
+                    raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
+        raise RoleFailedError(f"{called(node)} did not start listening within 2 minutes")
 
     def _drain(self, timeout: float) -> None:
         """Read finished roles' outcomes. Roles block on a large report until it is read, so the

@@ -43,11 +43,14 @@ from rlbench.runtime.distributed.launcher import (
     START_TIMEOUT_S,
     RoleFailedError,
     RoleHandle,
+    called,
     listen_address,
     one_line,
     run_role,
 )
+from rlbench.runtime.distributed.messages import role_name
 from rlbench.runtime.distributed.roles import RoleSpec
+from rlbench.runtime.policies import policy_of
 
 INSTALL_HINT = f"pip install {RAY_REQUIREMENT}"
 NAMESPACE = "rlbench"
@@ -64,10 +67,6 @@ def import_ray() -> Any:
     except ImportError:
         raise RlbenchError(f"--launcher ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
     return ray
-
-
-def role_name(role: str, index: int) -> str:
-    return role if role != "actor" else f"actor-{index}"
 
 
 # ------------------------------------------------------------------------------------- the cluster
@@ -146,11 +145,13 @@ class Demand:
 
 
 def role_demands(config: Any, plan: Any) -> dict[str, Demand]:
-    """The run's roles in start order, and what each needs: a CPU each; the learner a GPU when its
-    compute runs on CUDA (actors then need a GPU node, sharing its device)."""
+    """The run's roles in start order, and what each needs: a CPU each; a learner a GPU when its
+    compute runs on CUDA (actors then need a GPU node, sharing its device). The learners are the
+    run's distribution policy's (learner, learner-1, ...)."""
     on_gpu = plan.compute.capabilities.device == "cuda"
-    demands = {"replay": Demand(needs_gpu_node=plan.replay.capabilities.device == "cuda"),
-               "learner": Demand(gpus=1.0 if on_gpu else 0.0, needs_gpu_node=on_gpu)}
+    demands = {"replay": Demand(needs_gpu_node=plan.replay.capabilities.device == "cuda")}
+    demands.update({role_name("learner", rank): Demand(gpus=1.0 if on_gpu else 0.0, needs_gpu_node=on_gpu)
+                    for rank in range(policy_of(config).learners(config))})
     demands.update({role_name("actor", i): Demand(needs_gpu_node=on_gpu) for i in range(config.actors)})
     return demands
 
@@ -189,14 +190,17 @@ def plan_placement(config: Any, plan: Any, nodes: list[Node]) -> dict[str, Node]
     wanted: dict[str, list[Node]] = {}
     for key, value in (config.place or {}).items():
         names = value if isinstance(value, (list, tuple)) else [value]
-        roles = [r for r in demands if r.startswith("actor-")] if key == "actors" else [key]
+        # several roles share a key: actors (actor-i), and a policy's learners (learner, learner-i) go
+        # round the listed nodes in order: one node packs them, several spread them
+        roles = ([r for r in demands if r.startswith("actor-")] if key == "actors" else
+                 [r for r in demands if r == "learner" or r.startswith("learner-")] if key == "learner" else [key])
         pools = []
         for name in names:
             pool = match_nodes(name, nodes)
             if not pool:
                 raise unknown_node(f"--place {key}={name}", name, nodes)
             pools.append(pool)
-        for i, role in enumerate(roles):  # actors go round the listed nodes in order
+        for i, role in enumerate(roles):
             wanted[role] = pools[i % len(pools)]
     # Roles placed by --place first (others then avoid their nodes' used CPUs), then GPU roles.
     order = sorted(demands, key=lambda r: (r not in wanted, not demands[r].gpus, r != "replay"))
@@ -425,6 +429,8 @@ class RayLauncher:
         if spec.role == "replay" and not spec.address:  # its node's routable address (or --bind)
             bound = listen_address(self.transport, self.transport_name, self.config.bind or role.node.ip)
             spec = dataclasses.replace(spec, address=bound or "")
+        if spec.role == "learner" and spec.learners > 1 and spec.index == 0:  # its group's rendezvous, on its node
+            spec = dataclasses.replace(spec, host=role.node.ip)
         function = self.functions[spec.role]
         reference = function if isinstance(function, str) else f"{function.__module__}:{function.__qualname__}"
         role.run_ref = role.actor.run.remote(reference, spec)
@@ -445,8 +451,8 @@ class RayLauncher:
             if address:
                 return reachable(address, role.node.ip)
             if not node.alive():
-                raise RoleFailedError(f"the replay node exited before it listened: {self.failure_of(node)}")
-        raise RoleFailedError("the replay node did not start listening within 2 minutes")
+                raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
+        raise RoleFailedError(f"{called(node)} did not start listening within 2 minutes")
 
     def collect(self) -> dict[str, tuple[str, Any]]:
         outcomes = {}
