@@ -224,3 +224,102 @@ def test_show_prints_the_learning_and_evaluation_curves(envs_study):
     assert marks == "▁" * 5 + "█" * 5
     assert re.search(r"([▁-█]+)  22\.2 -> 420\.0 \(min 22\.2, max 420\.0; steps 50\.\.10,000\)", learning)
     assert re.search(r"env steps +1,000 +2,000 .* 10,000", shown.stdout)
+
+
+# -- small samples -------------------------------------------------------------------------------------
+def test_three_seeds_show_ranges_and_bold_only_what_is_apart(template, tmp_path):
+    from rlbench.report.collect import group, load_inputs
+    from rlbench.report.html import comparison_table
+    from rlbench.report.measures import measures
+
+    folder = tmp_path / "three"
+    for seed in range(3):
+        for replay in REPLAYS:
+            data = fabricate(template, folder, "CartPole-v1", replay, seed, name="three")
+            # env steps/s: ranges apart (prioritized is the slow one); final return: ranges overlap
+            data["throughput"]["env_steps_per_s"] = (100.0 if replay == "prioritized" else 300.0) + seed
+            data["evaluation"]["mean_return"] = 200.0 + 50.0 * seed + (10.0 if replay == "uniform" else 0.0)
+            (folder / "runs" / f"{data['study']['cell']}.json").write_text(json.dumps(data))
+    (study,) = group(load_inputs([str(folder)]))
+    found = measures(study)
+    table = comparison_table(study, found)
+    assert "the IQM of 3 runs trims 0 runs at each end (it is the mean)" in table and "range [" in table
+    assert "95 % stratified bootstrap interval" not in table
+    rows = dict(re.findall(r"<tr><td class='name'>env=CartPole-v1 (replay=\w+)</td>(.*?)</tr>", table))
+    cells = {label: re.findall(r"<td class='(\w*)'>", row) for label, row in rows.items()}  # one per measure
+    keys = [m.key for m in found]
+    rate, final = keys.index("env_steps_per_s"), keys.index("final_return")
+    assert cells["replay=uniform"][rate] == "best" and cells["replay=prioritized"][rate] == ""
+    assert cells["replay=uniform"][final] == "" == cells["replay=prioritized"][final]  # best IQM, ranges overlap
+
+    compared = run_cli("compare", str(folder), "--a", "replay=uniform", "--b", "replay=prioritized")
+    assert compared.returncode == 0, compared.stderr
+    lines = {line.strip().split("  ")[0]: line for line in compared.stdout.splitlines()}
+    assert lines["env steps/s"].endswith("A better (ranges apart)")
+    assert lines["final greedy return"].endswith("within the ranges")
+    assert "apart" not in lines["final greedy return"] and "intervals apart" not in compared.stdout
+    assert "undecided (no interval: fewer than 5 runs on a side)" in compared.stdout
+    assert "the IQM of 3 runs trims 0 at each end (it is the mean)" in compared.stdout
+
+
+# -- sweep --until-ci and --rerun-contended, on real cells ----------------------------------------------
+SWEEP_TINY = ["steps=600", "eval_episodes=1", "hp.learning_starts=200", "hp.batch_size=32"]
+
+
+def _finished_cell(template: dict, folder, study, cell, final: float, contended: bool = False) -> None:
+    """A cell as a sweep would have left it finished (its settings, its study block)."""
+    data = copy.deepcopy(template)
+    data["status"] = "complete"
+    data["config"].update(seed=cell.seed, **cell.combination)
+    data["evaluation"]["mean_return"] = final
+    data["machine_state"] = dict(data.get("machine_state") or {}, contended=contended,
+                                 warning="measured on a contended machine: other processes used 1.50 core(s)"
+                                 if contended else "")
+    data["study"] = study.block(cell, 1)
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    (folder / "runs" / f"{cell.stem}.json").write_text(json.dumps(data))
+
+
+def test_until_ci_adds_seeds_while_the_interval_is_wide(template, tmp_path):
+    from rlbench.report.sweep import Precision, add_seeds, load_study, parse_grid, parse_sets
+
+    study = load_study(None, sets=parse_sets(SWEEP_TINY), grid=parse_grid(["replay=uniform"]), seeds=5, name="ci")
+    folder = tmp_path / "ci"
+    for cell, final in zip(study.cells(), (0.0, 100.0, 200.0, 300.0, 400.0)):
+        _finished_cell(template, folder, study, cell, final)
+    said = []
+    assert add_seeds(study, folder, Precision.parse("1e9", "final_return", 20), echo=said.append) == []  # narrow enough
+    rounds = add_seeds(study, folder, Precision.parse("5", "final_return", 6), echo=said.append)
+    assert [o.status for r in rounds for o in r.outcomes] == ["complete"] and len(rounds) == 1  # then the cap: 6 seeds
+    added = json.loads((folder / "runs" / "replay-uniform_seed-5.json").read_text())
+    assert added["status"] == "complete" and added["config"]["seed"] == 5
+    assert any("final greedy return interval" in line and "adding seed 5" in line for line in said), said
+    with pytest.raises(Exception, match="--ci-measure 'final_retrun' is not a measure of this study; did you mean 'final_return'"):
+        add_seeds(study, folder, Precision.parse("5", "final_retrun", 9), echo=said.append)
+    from rlbench.report.stats import Estimate
+
+    assert not Precision.parse("1e9", None, 5).narrow(Estimate(1.0, 0.0, 2.0, 3, "range"))  # a range is no interval
+    assert Precision.parse("10%", None, 5).narrow(Estimate(100.0, 96.0, 105.0, 6, "ci"))
+    assert not Precision.parse("10%", None, 5).narrow(Estimate(100.0, 90.0, 105.0, 6, "ci"))
+
+
+def test_rerun_contended_keeps_both_runs_and_the_report_uses_the_rerun(template, tmp_path):
+    from rlbench.report.collect import group, load_inputs
+    from rlbench.report.sweep import load_study, parse_grid, parse_sets, rerun_contended
+
+    study = load_study(None, sets=parse_sets(SWEEP_TINY), grid=parse_grid(["replay=uniform"]), seeds=2, name="rerun")
+    folder = tmp_path / "rerun"
+    quiet, loaded = study.cells()
+    _finished_cell(template, folder, study, quiet, 100.0)
+    _finished_cell(template, folder, study, loaded, 50.0, contended=True)
+    rounds = rerun_contended(study, folder, 1, echo=lambda text: None)
+    assert [o.cell.stem for r in rounds for o in r.outcomes] == ["replay-uniform_seed-1.rerun-1"]  # the limit: one
+    assert (folder / "runs" / "replay-uniform_seed-1.json").exists()  # the contended run is kept
+    rerun = json.loads((folder / "runs" / "replay-uniform_seed-1.rerun-1.json").read_text())
+    assert rerun["study"]["cell"] == "replay-uniform_seed-1" and rerun["config"]["seed"] == 1
+    (found,) = group(load_inputs([str(folder)]))
+    (combination,) = found.combinations
+    assert sorted(run.path.rsplit("/", 1)[-1] for run in combination.runs) == [
+        "replay-uniform_seed-0.json", "replay-uniform_seed-1.rerun-1.json"]
+    assert [run.path.rsplit("/", 1)[-1] for run in combination.superseded] == ["replay-uniform_seed-1.json"]
+    assert rerun_contended(study, folder, 0, echo=lambda text: None) == []
