@@ -17,14 +17,15 @@ from typing import Any
 from rlbench.errors import RlbenchError
 from rlbench.protocols import Probe
 
-# The shim's counters, in the order of rlb_dpdk.h. The last three, and malformed, count peers that
+# The shim's counters, in the order of rlb_dpdk.h. The last four, and malformed, count peers that
 # break the rules: refused_oversize (a message over this side's max_message_bytes, refused before
 # anything was allocated for it), malformed (frames that do not parse or break the protocol),
-# dropped_peers (peers ended for either, or for going quiet mid-message, or for never saying hello
-# on the memif interface they asked for), refused_peers (hellos a full listener turned away).
+# dropped_peers (peers ended for any of these, or for going quiet mid-message, or for never saying
+# hello on the memif interface they asked for), refused_peers (hellos a full listener turned away),
+# slow_consumers (peers whose send queue would have passed max_queued_bytes).
 STAT_NAMES = ("messages_sent", "messages_received", "bytes_sent", "bytes_received", "lost", "frames_sent",
               "frames_received", "retransmits", "acks_sent", "gap_reports", "duplicates", "out_of_order",
-              "malformed", "tx_full_waits", "refused_oversize", "dropped_peers", "refused_peers")
+              "malformed", "tx_full_waits", "refused_oversize", "dropped_peers", "refused_peers", "slow_consumers")
 INSTALL_HINT = "apt-get install dpdk libdpdk-dev pkg-config, then reinstall: pip install -e plugins/dpdk"
 _MIN_HUGEPAGE_BYTES = 256 << 20
 

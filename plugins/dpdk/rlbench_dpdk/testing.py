@@ -100,3 +100,68 @@ class RawMemifPeer:
         if self.port >= 0:
             self._lib.rlb_port_close(self.port)
             self.port = -1
+
+
+def pattern(index: int, size: int) -> bytes:
+    """Message `index` of a stream: its index, then bytes that differ per message and position, so
+    that a message lost, repeated, reordered or cut shows."""
+    block = bytes((index * 31 + i) & 0xFF for i in range(251))
+    return index.to_bytes(4, "little") + (block * ((size - 4) // 251 + 1))[:size - 4]
+
+
+def silent_peer(address: str, hello: bytes, quit_event: Any) -> None:
+    """A peer that connects, sends `hello`, and then never reads nor acknowledges anything (it does
+    not call into its connection at all) until told to quit; then it closes it."""
+    connection = DpdkTransport().connect(address, timeout=10.0)
+    connection.send(hello)
+    quit_event.wait(120)
+    connection.close()
+
+
+def honest_peer(address: str, hello: bytes, results: Any) -> None:
+    """A peer that asks round trips (b"ping" + its number, answered b"pong" + the same) until it is
+    answered b"stop"; reports (round trips answered, slowest answer in s), or the error that stopped it."""
+    connection = DpdkTransport().connect(address, timeout=10.0)
+    try:
+        connection.send(hello)
+        slowest, rounds = 0.0, 0
+        while True:
+            start = time.monotonic()
+            reply = bytes(connection.request(b"ping%d" % rounds, timeout=10.0))
+            if reply == b"stop":
+                break
+            slowest = max(slowest, time.monotonic() - start)
+            if reply != b"pong%d" % rounds:
+                results.put(f"round {rounds}: answered {reply[:32]!r}")
+                return
+            rounds += 1
+        results.put((rounds, slowest))
+    except Exception as exc:  # reported, for the test to say
+        results.put(f"{type(exc).__name__}: {exc}")
+    finally:
+        connection.close()
+
+
+def late_reader(address: str, hello: bytes, count: int, size: int, delay_s: float, results: Any) -> None:
+    """A peer that connects, sends `hello`, sleeps `delay_s` without reading, then takes `count`
+    messages and checks each is pattern(i, size), in order; reports "ok" or what was wrong, and
+    tells the listener b"got-all" when it has them all."""
+    connection = DpdkTransport().connect(address, timeout=10.0)
+    try:
+        connection.send(hello)
+        time.sleep(delay_s)
+        for i in range(count):
+            message = connection.recv(timeout=20.0)
+            if message is None:
+                results.put(f"message {i} of {count} did not arrive")
+                return
+            if bytes(message) != pattern(i, size):
+                got = int.from_bytes(bytes(message[:4]), "little") if message.nbytes >= 4 else None
+                results.put(f"message {i} is wrong: {message.nbytes} bytes, index {got}")
+                return
+        connection.send(b"got-all")
+        results.put("ok")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+    finally:
+        connection.close()

@@ -13,6 +13,11 @@ Waits longer than a second are cut into one-second C calls so that signals still
 
 `max_message_bytes` bounds what either side sends (MessageTooLargeError) and accepts: the shim
 refuses a longer message from its first frame, before allocating anything, and drops that peer.
+
+A listener's `send` never waits on its peer (rlbench.kit.framing's slow-consumer rule): what the
+link's window cannot take now is copied to the peer's queue in the shim and framed as the peer
+acknowledges, during the listener's later `recv` and `send` calls; a peer whose queue would pass
+`max_queued_bytes` is dropped, counted in `slow_consumers`, and that send raises SlowConsumerError.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ import threading
 from typing import Any
 
 from rlbench.kit.checks import non_negative, positive_int
-from rlbench.kit.framing import (AddressError, TransportClosedError, byte_views, check_size, listener_closed,
-                                 message_limit, not_connected)
+from rlbench.kit.framing import (AddressError, SlowConsumerError, TransportClosedError, byte_views, check_size,
+                                 listener_closed, message_limit, not_connected, queued_bytes_limit)
 from rlbench_dpdk.capabilities import CAPABILITIES, DEFAULT_MTU, MEMIF_MTU_RANGE
 from rlbench_dpdk.native import STAT_NAMES, DpdkError, ensure_eal, error_text, library
 from rlbench_dpdk.ports import PortSpec, memif_devargs
 
-_ETIMEDOUT, _ENOTCONN = 110, 107
+_ETIMEDOUT, _ENOTCONN, _ENOBUFS = 110, 107, 105
 _SLICE_NS = 1_000_000_000
 _HANDSHAKE = struct.Struct("<II")  # memif interface id, listener token
 
@@ -76,6 +81,8 @@ class _Calls:
 
 
 def _raise_for(code: int, ffi: Any, lib: Any, what: str) -> None:
+    if code == -_ENOBUFS:
+        raise SlowConsumerError(f"dpdk: {what}: {error_text(ffi, lib)}")
     if code == -_ENOTCONN:
         raise TransportClosedError(f"dpdk: {what}: {error_text(ffi, lib)}")
     raise DpdkError(f"dpdk: {what} failed ({os.strerror(-code)}): {error_text(ffi, lib)}")
@@ -159,7 +166,7 @@ class DpdkListener:
         self._limit = transport.max_message_bytes
         self._calls = _Calls(ffi)
         self._stats = ffi.new("uint64_t[]", len(STAT_NAMES))
-        self._peer_buffer = ffi.new("int[]", 256)
+        self._peer_buffer = ffi.new("int[]", 64)
         self._closed = False
         self._lock = threading.Lock()
         self._control: socket.socket | None = None
@@ -172,7 +179,8 @@ class DpdkListener:
             self._token = int(name, 16) if name else secrets.randbits(32)
             self._name = f"{self._token:08x}"
         self.address = f"dpdk://{kind}/{self._name}"
-        self._id = lib.rlb_listener_new(self._token, self._limit, int(transport.give_up_s * 1e9))
+        self._id = lib.rlb_listener_new(self._token, self._limit, int(transport.give_up_s * 1e9),
+                                        transport.max_queued_bytes)
         if self._id < 0:
             raise DpdkError(f"dpdk: cannot listen: {error_text(ffi, lib)}")
         try:
@@ -249,12 +257,30 @@ class DpdkListener:
         if rc < 0:
             _raise_for(rc, self._ffi, self._lib, f"send to peer {peer}")
 
+    def drop(self, peer: int, fault: str | None = None) -> None:
+        """End one peer's link (it is told by a goodbye); what it delivered before is still received.
+        `fault`: the counter it adds to, when it broke a rule (refused_oversize, malformed,
+        slow_consumers; each also counts in dropped_peers, and the goodbye says which)."""
+        if fault is not None and fault not in _FAULT_REASONS:
+            raise ValueError(f"dpdk: no such peer fault {fault!r}; one of {', '.join(_FAULT_REASONS)}")
+        if self._closed or not isinstance(peer, int) or not 0 <= peer < 1 << 31:
+            return
+        why = 0 if fault is None else getattr(self._lib, _FAULT_REASONS[fault])
+        rc = self._lib.rlb_listener_drop(self._id, peer, why)
+        if rc < 0:
+            _raise_for(rc, self._ffi, self._lib, f"drop peer {peer}")
+
     @property
     def peers(self) -> list[int]:
+        """Every connected peer, however many (the shim says how many there are; the buffer grows)."""
         if self._closed:
             return []
-        n = self._lib.rlb_listener_peers(self._id, self._peer_buffer, 256)
-        return [int(self._peer_buffer[i]) for i in range(max(0, n))]
+        while True:
+            capacity = len(self._peer_buffer)
+            n = self._lib.rlb_listener_peers(self._id, self._peer_buffer, capacity)
+            if n <= capacity:
+                return [int(self._peer_buffer[i]) for i in range(max(0, n))]
+            self._peer_buffer = self._ffi.new("int[]", n)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -274,6 +300,9 @@ class DpdkListener:
             self._control.close()
             self._accept_thread.join(5)
         self._lib.rlb_listener_close(self._id)
+
+
+_FAULT_REASONS = {"refused_oversize": "C_OVERSIZE", "malformed": "C_MALFORMED", "slow_consumers": "C_SLOW"}
 
 
 def parse_address(address: str) -> tuple[str, str]:
@@ -297,12 +326,14 @@ class DpdkTransport:
     packet on memif ports (576..9202; the shim builds frames that size, jumbo by default), while wire
     ports keep their interface's MTU; `give_up_s`: how long a peer may leave frames unacknowledged,
     or stop in the middle of a message, before it is declared gone; `max_message_bytes`: the largest
-    message this side sends or accepts (at most the capability)."""
+    message this side sends or accepts (at most the capability); `max_queued_bytes`: how much a
+    listener holds for one peer beyond its window before dropping it as a slow consumer
+    (rlbench.kit.framing.MAX_QUEUED_BYTES by default)."""
 
     capabilities = CAPABILITIES
 
     def __init__(self, port: str = "memif", eal_args: str = "", mtu: int = DEFAULT_MTU, give_up_s: float = 10.0,
-                 max_message_bytes: int | None = None) -> None:
+                 max_message_bytes: int | None = None, max_queued_bytes: int | None = None) -> None:
         self.port_spec = PortSpec.parse(port)
         self.eal_args = eal_args or ""
         self.mtu = positive_int(mtu, "dpdk: mtu")
@@ -313,6 +344,7 @@ class DpdkTransport:
         if not self.give_up_s:
             raise DpdkError("dpdk: give_up_s must be more than 0")
         self.max_message_bytes = message_limit(max_message_bytes, CAPABILITIES.max_message_bytes, "dpdk")
+        self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "dpdk")
 
     def _native(self) -> tuple[Any, Any]:
         ffi, _ = library()
@@ -353,7 +385,8 @@ class DpdkTransport:
         return DpdkConnection(lib, ffi, link, port, address, self.max_message_bytes)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (DpdkTransport, (str(self.port_spec), self.eal_args, self.mtu, self.give_up_s, self.max_message_bytes))
+        return (DpdkTransport, (str(self.port_spec), self.eal_args, self.mtu, self.give_up_s, self.max_message_bytes,
+                                self.max_queued_bytes))
 
 
 def ask_for_interface(name: str, address: str, timeout: float) -> tuple[int, int]:

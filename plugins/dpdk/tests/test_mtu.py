@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -47,15 +48,21 @@ def test_peers_of_different_mtus_exchange_small_and_jumbo_frames(dpdk_available)
     """A 9000-byte-MTU listener and a 1500-byte-MTU peer, small and large messages alternating both
     ways. With memif ring buffers smaller than a jumbo frame this broke within a few hundred
     messages: DPDK 22.11's memif transmit leaves a stale chain flag on a descriptor, and the receiver
-    reads past what was published."""
-    listener = DpdkTransport(mtu=9000).listen()
+    reads past what was published.
+
+    The listener's 15 MB burst is sent faster than the peer reads it: what its window cannot take
+    waits in the peer's queue (bounded by max_queued_bytes, here above the burst) and goes out
+    during the listener's later calls, so the listener is driven until the peer has it all."""
+    listener = DpdkTransport(mtu=9000, max_queued_bytes=32 << 20).listen()
     connection = DpdkTransport(mtu=1500).connect(listener.address, timeout=10)
     sizes = [100 if i % 2 else 20_000 for i in range(1500)]
     try:
         connection.send(b"hello")
         peer, _ = listener.recv(timeout=10)
-        for send, receive in ((lambda message: listener.send(peer, message), lambda: connection.recv(timeout=10)),
-                              (connection.send, lambda: listener.recv(timeout=10)[1])):
+        for send, receive, drive in (
+                (lambda message: listener.send(peer, message), lambda: connection.recv(timeout=10),
+                 lambda: listener.recv(timeout=0.01)),
+                (connection.send, lambda: listener.recv(timeout=10)[1], lambda: time.sleep(0.01))):
             received: list[bytes] = []
 
             def take() -> None:  # the receiver runs beside the sender, as in a run
@@ -66,7 +73,10 @@ def test_peers_of_different_mtus_exchange_small_and_jumbo_frames(dpdk_available)
             thread.start()
             for i, size in enumerate(sizes):
                 send(i.to_bytes(4, "little") * (size // 4))
-            thread.join(30)
+            deadline = time.monotonic() + 30
+            while thread.is_alive() and time.monotonic() < deadline:
+                assert drive() is None, "the peer sent something unasked"
+            thread.join(1)
             assert [len(message) for message in received] == sizes
             assert all(message[:4] == i.to_bytes(4, "little") for i, message in enumerate(received))
         assert listener.stats["lost"] == connection.stats["lost"] == 0

@@ -1,6 +1,8 @@
 """The runtime's real replay node over dpdk (rlbench.kit.access.replay_node), fed garbage and mutated
-wire messages by an unauthenticated connection: it answers each with an ERROR, counts the refusals
-(`malformed`, `unauthenticated`), and its actor and learner go on inserting and sampling."""
+wire messages by unauthenticated connections: it answers each with an ERROR, counts the refusals
+(`malformed`, `unauthenticated`), drops a connection after MAX_ERRORS_BEFORE_AUTH of them (the
+listener's drop: the peer learns it from the goodbye, and a new connection starts afresh), and its
+actor and learner go on inserting and sampling."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import time
 import numpy as np
 
 from rlbench.kit.access import replay_node
+from rlbench.kit.framing import TransportClosedError
+from rlbench.runtime.distributed.replay_node import MAX_ERRORS_BEFORE_AUTH
 from rlbench_dpdk.transport import DpdkTransport
 
 FUZZ_SECONDS = 2.0
@@ -50,22 +54,35 @@ def test_a_replay_node_over_dpdk_survives_garbage_and_mutated_messages(dpdk_avai
             # of the mutations that follow (decoded and refused as unauthenticated when unchanged).
             corpus = [bytes(fuzzer.request(rng.randbytes(rng.randrange(1, 300)), timeout=10)) for _ in range(4)]
             assert all(reply[:2] == b"RB" for reply in corpus), "the node's answers are not its wire's messages"
-            sent = 0
+            sent = dropped = 0
+            on_this_connection = len(corpus)
             deadline = time.monotonic() + FUZZ_SECONDS
             while time.monotonic() < deadline:
                 message = rng.choice(corpus)
-                reply = fuzzer.request(message if sent % 10 == 0 else mutated(rng, message), timeout=10)
+                sent += 1
+                try:
+                    reply = fuzzer.request(message if sent % 10 == 0 else mutated(rng, message), timeout=10)
+                except TransportClosedError:  # dropped: a new connection starts with a new allowance
+                    assert on_this_connection == MAX_ERRORS_BEFORE_AUTH, \
+                        f"dropped after {on_this_connection} refusals, not {MAX_ERRORS_BEFORE_AUTH}"
+                    dropped += 1
+                    fuzzer.close()
+                    fuzzer = DpdkTransport().connect(node.address, timeout=10)
+                    on_this_connection = 0
+                    continue
                 assert reply[:2] == b"RB", f"message {sent}: the node answered {bytes(reply[:16])!r}"
+                on_this_connection += 1
                 if len(corpus) < 64:
                     corpus.append(bytes(reply))
-                sent += 1
         finally:
             fuzzer.close()
         node.actor.add(transitions(32, seed=1))
         sample = node.learner.sample(16, 0.4)
         assert len(sample.indices) == 16
         counters = node.report()["counters"]
-        assert sent > 50, f"only {sent} fuzz messages in {FUZZ_SECONDS} s"
+        assert sent > 50 and dropped > 0, \
+            f"only {sent} fuzz messages ({dropped} connections dropped) in {FUZZ_SECONDS} s"
         assert counters.get("malformed", 0) > 0 and counters.get("unauthenticated", 0) > 0, counters
-        refusals = sum(count for name, count in counters.items() if not name.startswith("joined."))
+        assert counters.get("dropped_before_auth") == dropped, counters
+        refusals = counters.get("malformed", 0) + counters.get("unauthenticated", 0)
         assert refusals == sent + 4, f"{sent + 4} messages sent, {refusals} refusals counted: {counters}"

@@ -42,9 +42,10 @@
 #define PORT_LINGER_NS 20000000ull  /* a retired port is closed once its teardown is long over */
 #define PORT_LINGER_MAX_NS 5000000000ull
 #define ASM_FIRST 65536     /* a message's reassembly buffer starts this large (or at its length) and doubles */
+#define ACK_POLLS 16        /* rx bursts a listener's send takes, at most, when the peer's window is full */
 
 enum { S_MSENT, S_MRECV, S_BSENT, S_BRECV, S_LOST, S_FSENT, S_FRECV, S_RETX, S_ACKS, S_GAPS, S_DUPS, S_OOO,
-       S_MALFORMED, S_TXFULL, S_REFUSED, S_DROPPED, S_REFUSED_PEERS };
+       S_MALFORMED, S_TXFULL, S_REFUSED, S_DROPPED, S_REFUSED_PEERS, S_SLOW };
 
 struct rlb_hdr {
     uint16_t magic;
@@ -68,6 +69,14 @@ struct msg {
     uint8_t data[];
 };
 
+/* A message (or its rest) a listener's link could not frame yet: bytes [start, len) of a message of
+ * `len` bytes, `off` the next byte to frame. */
+struct pend {
+    struct pend *next;
+    uint32_t len, start, off, pad;
+    uint8_t data[];
+};
+
 struct port {
     int used;
     uint16_t pid;
@@ -83,6 +92,7 @@ struct port {
 
 struct link {
     int used, port, listener;
+    int peer_id;           /* a listener's name for it: the slot, and how often the slot was used */
     uint32_t conn, token;
     uint32_t max_message;  /* longest message this side accepts */
     uint64_t give_up_ns;   /* a peer silent this long (unacknowledged frames, or mid-message) is gone */
@@ -98,17 +108,24 @@ struct link {
     uint32_t asm_have, asm_cap;  /* bytes arrived, bytes the buffer holds */
     uint32_t refused_len;        /* the length of the message refused as too large */
     struct msg *q_head, *q_tail, *held;
+    /* A listener's link: messages waiting for window room (out_bytes not yet framed), and frames in
+     * the window from tx_sent on that the transmit ring did not take. `pending`: either is there. */
+    struct pend *out_head, *out_tail;
+    uint64_t out_bytes;
+    uint32_t tx_sent;
+    int pending;
     uint64_t st[RLB_STATS_N];
 };
 
 struct listener {
     int used;
     uint32_t token, max_message;
-    uint64_t give_up_ns;
+    uint64_t give_up_ns, max_queued;
     int ports[MAX_PORTS];
     volatile int nports;  /* grows from the accept thread while the owner polls */
     int links[MAX_LINKS];
     int nlinks, turn;
+    int backlog;  /* links with pending set */
     struct msg *held;
     uint64_t counted[RLB_STATS_N];  /* counters of links that are gone, and of frames no link owns */
     uint64_t last_check_ns;
@@ -121,6 +138,7 @@ static int g_ready;
 static __thread char g_err[512];
 static struct port g_ports[MAX_PORTS];
 static struct link g_links[MAX_LINKS];
+static uint32_t g_link_uses[MAX_LINKS];
 static struct listener g_listeners[MAX_LISTENERS];
 static const uint64_t g_rto = 20000000ull;
 static const struct rte_ether_addr g_dst_mac = {{0x02, 0x72, 0x6c, 0x62, 0x00, 0x01}};
@@ -400,9 +418,11 @@ static void retransmit(struct link *lk, uint64_t now)
         lk->st[S_RETX] += sent;
         if (sent < n) {  /* ring full: the timer goes on from here */
             rte_pktmbuf_free_bulk(burst + sent, n - sent);
+            s -= n - sent;
             break;
         }
     }
+    if (seq_before(lk->tx_sent, s)) lk->tx_sent = s;  /* a listener's frames the ring refused before went out */
     lk->last_tx_ns = lk->last_retx_ns = now;
 }
 
@@ -428,6 +448,30 @@ static void enqueue(struct link *lk, struct msg *m)
     lk->q_tail = m;
 }
 
+/* A listener's link has something waiting (queued messages, or frames the ring did not take): the
+ * listener's polls move it on (progress). */
+static void set_pending(struct link *lk)
+{
+    if (lk->pending) return;
+    lk->pending = 1;
+    g_listeners[lk->listener].backlog++;
+}
+
+static void clear_pending(struct link *lk)
+{
+    if (!lk->pending) return;
+    lk->pending = 0;
+    if (lk->listener >= 0) g_listeners[lk->listener].backlog--;
+}
+
+static void outbox_clear(struct link *lk)
+{
+    for (struct pend *p = lk->out_head, *next; p; p = next) { next = p->next; free(p); }
+    lk->out_head = lk->out_tail = NULL;
+    lk->out_bytes = 0;
+    clear_pending(lk);
+}
+
 /* A link is over. A memif port dies with its one link, and it is never polled again: the PMD
  * tears a memif connection down (unmapping the shared rings) on the EAL interrupt thread when the
  * other process leaves, without any lock against a concurrent rx burst, and that race crashed the
@@ -437,15 +481,16 @@ static void link_end(struct link *lk, int why)
 {
     struct port *p = &g_ports[lk->port];
     if (!lk->closed) lk->closed = why;
+    if (lk->pending) outbox_clear(lk);  /* what waited for the peer goes with it */
     if (p->per_peer && !p->retired) { p->retired_ns = rlb_now_ns(); p->retired = 1; }
 }
 
-/* A goodbye tells the peer why when this side drops it (C_OVERSIZE, C_MALFORMED, C_STALLED). */
+/* A goodbye tells the peer why when this side drops it (C_OVERSIZE, C_MALFORMED, C_STALLED, C_SLOW). */
 static void bye_frame(struct link *lk)
 {
     struct rte_mbuf *m = frame_new(lk, K_BYE, 0, 0);
     if (!m) return;
-    frame_hdr(m)->pad = lk->closed >= C_OVERSIZE && lk->closed <= C_STALLED ? (uint8_t)lk->closed : 0;
+    frame_hdr(m)->pad = lk->closed >= C_OVERSIZE && lk->closed <= C_SLOW ? (uint8_t)lk->closed : 0;
     if (rte_eth_tx_burst(g_ports[lk->port].pid, 0, &m, 1) != 1) rte_pktmbuf_free(m);
     lk->last_bye_ns = rlb_now_ns();
 }
@@ -460,6 +505,7 @@ static void drop_peer(struct link *lk, int why)
 {
     if (lk->closed) return;
     if (why == C_MALFORMED) lk->st[S_MALFORMED]++;
+    if (why == C_SLOW) lk->st[S_SLOW]++;
     lk->st[S_DROPPED]++;
     link_end(lk, why);
     send_bye(lk);
@@ -543,6 +589,10 @@ static int link_alloc(void)
             struct link *lk = &g_links[i];
             memset(lk, 0, sizeof(*lk));
             lk->used = 1;
+            /* Peer ids are not reused for a long while (2^23 uses of a slot): an application that
+             * dropped or lost a peer must not take a newcomer in its slot for it. */
+            g_link_uses[i] = (g_link_uses[i] + 1) & ((1u << 31) / MAX_LINKS - 1);
+            lk->peer_id = (int)(g_link_uses[i] * MAX_LINKS + i);
             lk->listener = -1;
             lk->rto = g_rto;
             lk->last_progress_ns = lk->last_heard_ns = rlb_now_ns();
@@ -657,7 +707,7 @@ static void on_frame(int port, struct rte_mbuf *mb, uint64_t now)
         return;
     case K_BYE:
         send_bye(lk);  /* the goodbye's answer, unless it is the answer to ours */
-        link_end(lk, h->pad >= C_OVERSIZE && h->pad <= C_STALLED ? C_PEER_DROPPED + h->pad : C_BYE);
+        link_end(lk, h->pad >= C_OVERSIZE && h->pad <= C_SLOW ? C_PEER_DROPPED + h->pad : C_BYE);
         return;
     case K_ACK:
         take_ack(lk, h->ack, h->flags & F_GAP, now);
@@ -705,10 +755,14 @@ static void service(struct link *lk, uint64_t now, int check_link)
     if (check_link && lk->connected && port_link_down(&g_ports[lk->port])) link_end(lk, C_DOWN);
 }
 
+static void progress(struct listener *L);
+
+/* Every port's frames; then what waits for acknowledgements that came goes out. */
 static int poll_listener(struct listener *L, uint64_t now)
 {
     int n = 0, nports = __atomic_load_n(&L->nports, __ATOMIC_ACQUIRE);
     for (int i = 0; i < nports; i++) n += poll_port(L->ports[i], now);
+    if (L->backlog) progress(L);
     return n;
 }
 
@@ -773,12 +827,18 @@ static int link_gone(struct link *lk)
                     "the connection was dropped", lk->refused_len, lk->max_message);
     case C_MALFORMED: return fail(ENOTCONN, "the peer's frames broke the protocol; the connection was dropped");
     case C_STALLED: return fail(ENOTCONN, "the peer went quiet in the middle of a message; the connection was dropped");
+    case C_SLOW:
+        return fail(ENOTCONN, "the peer was dropped as a slow consumer: it did not acknowledge what was sent to it");
+    case C_CLOSED: return fail(ENOTCONN, "this side dropped the peer");
     case C_PEER_DROPPED + C_OVERSIZE:
         return fail(ENOTCONN, "the other side refused a message over its max_message_bytes and dropped the connection");
     case C_PEER_DROPPED + C_MALFORMED:
         return fail(ENOTCONN, "the other side found this side's frames malformed and dropped the connection");
     case C_PEER_DROPPED + C_STALLED:
         return fail(ENOTCONN, "the other side dropped the connection: a message stopped coming halfway");
+    case C_PEER_DROPPED + C_SLOW:
+        return fail(ENOTCONN, "the other side dropped the connection: this side did not read what it was sent "
+                    "(a slow consumer)");
     default: return fail(ENOTCONN, "the other side closed the connection");
     }
 }
@@ -804,21 +864,41 @@ static int flush(struct link *lk, struct rte_mbuf **burst, uint16_t n)
     return 0;
 }
 
-static int send_msg(struct link *lk, const uint8_t *const *parts, const uint32_t *lens, int nparts)
+/* A listener's burst of the window's newest n frames: it never waits. What the ring does not take
+ * stays in the window from tx_sent on, for progress() to send (it would arrive out of order if
+ * later frames went first, so once behind, later bursts wait their turn too). */
+static void flush_nowait(struct link *lk, struct rte_mbuf **burst, uint16_t n)
 {
-    uint64_t total = 0;
-    for (int i = 0; i < nparts; i++) total += lens[i];
-    if (total > 0xFFFFFFFFull) return fail(EMSGSIZE, "message of %llu bytes is too large", (unsigned long long)total);
-    int ret = link_gone(lk);
-    if (ret) return ret;
+    uint16_t sent = 0;
+    if (lk->tx_sent == lk->tx_next - n) {
+        sent = rte_eth_tx_burst(g_ports[lk->port].pid, 0, burst, n);
+        lk->tx_sent += sent;
+        lk->st[S_FSENT] += sent;
+        lk->last_tx_ns = rlb_now_ns();
+    }
+    if (sent < n) {
+        rte_pktmbuf_free_bulk(burst + sent, n - sent);  /* the history holds them */
+        lk->st[S_TXFULL]++;
+    }
+}
+
+/* Frames of a message of `total` bytes from byte *offp on (`parts` hold its bytes from byte `base`
+ * on), while the window and the mbuf pool have room. A client's link (`wait`) waits for room; a
+ * listener's never waits. 1: the whole message is framed; 0: not yet (*offp says how far); < 0: an
+ * error (only while waiting). */
+static int frame_msg(struct link *lk, const uint8_t *const *parts, const uint32_t *lens, int nparts, uint64_t total,
+                     uint64_t base, uint64_t *offp, int wait)
+{
     uint32_t payload = g_ports[lk->port].payload;
-    uint64_t off = 0;
+    uint64_t off = *offp;
     struct rte_mbuf *burst[BURST];
     uint16_t nb = 0;
     uint32_t idle = 0;
     uint64_t last_check = 0;
-    do {
+    int ret, done = 0;
+    for (;;) {
         while (lk->tx_next - lk->tx_acked >= WINDOW) {  /* window full: wait for acknowledgements */
+            if (!wait) goto out;
             if (nb) { if ((ret = flush(lk, burst, nb)) < 0) return ret; nb = 0; }
             pump(lk, &idle, &last_check);
             if ((ret = link_gone(lk))) return ret;
@@ -826,6 +906,7 @@ static int send_msg(struct link *lk, const uint8_t *const *parts, const uint32_t
         uint32_t len = total - off < payload ? (uint32_t)(total - off) : payload;
         struct rte_mbuf *m = frame_new(lk, K_DATA, 0, len);
         if (!m) {
+            if (!wait) goto out;
             if (nb) { if ((ret = flush(lk, burst, nb)) < 0) return ret; nb = 0; }
             pump(lk, &idle, &last_check);  /* the pool is empty: acknowledgements free history */
             if ((ret = link_gone(lk))) return ret;
@@ -836,19 +917,105 @@ static int send_msg(struct link *lk, const uint8_t *const *parts, const uint32_t
         h->msg_len = (uint32_t)total;
         h->offset = (uint32_t)off;
         h->len = (uint16_t)len;
-        copy_parts((uint8_t *)(h + 1), parts, lens, nparts, off, len);
+        copy_parts((uint8_t *)(h + 1), parts, lens, nparts, off - base, len);
         lk->rx_unacked = 0;  /* this frame carries our acknowledgement */
         rte_pktmbuf_refcnt_update(m, 1);  /* one reference for the history, one for the transmit */
         lk->hist[lk->tx_next % WINDOW] = m;
         lk->tx_next++;
         burst[nb++] = m;
-        if (nb == BURST) { if ((ret = flush(lk, burst, nb)) < 0) return ret; nb = 0; }
         off += len;
-    } while (off < total);
-    if (nb && (ret = flush(lk, burst, nb)) < 0) return ret;
+        if (nb == BURST) {
+            if (!wait) flush_nowait(lk, burst, nb);
+            else if ((ret = flush(lk, burst, nb)) < 0) return ret;
+            nb = 0;
+        }
+        if (off >= total) { done = 1; break; }
+    }
+out:
+    if (nb) {
+        if (!wait) flush_nowait(lk, burst, nb);
+        else if ((ret = flush(lk, burst, nb)) < 0) return ret;
+    }
+    *offp = off;
+    return done;
+}
+
+static int send_msg(struct link *lk, const uint8_t *const *parts, const uint32_t *lens, int nparts)
+{
+    uint64_t total = 0, off = 0;
+    for (int i = 0; i < nparts; i++) total += lens[i];
+    if (total > 0xFFFFFFFFull) return fail(EMSGSIZE, "message of %llu bytes is too large", (unsigned long long)total);
+    int ret = link_gone(lk);
+    if (ret) return ret;
+    if ((ret = frame_msg(lk, parts, lens, nparts, total, 0, &off, 1)) < 0) return ret;
     lk->st[S_MSENT]++;
     lk->st[S_BSENT] += total;
     return 0;
+}
+
+/* A listener's link: bytes [start, total) of a message go to the back of its queue (a copy). */
+static int queue_msg(struct link *lk, const uint8_t *const *parts, const uint32_t *lens, int nparts, uint64_t total,
+                     uint64_t start)
+{
+    struct pend *p = malloc(sizeof(struct pend) + (total - start ? total - start : 1));
+    if (!p) {  /* a message may be half out: the peer cannot be served on */
+        link_end(lk, C_CLOSED);
+        send_bye(lk);
+        return fail(ENOMEM, "no memory to queue a message of %llu bytes; the peer was dropped",
+                    (unsigned long long)total);
+    }
+    p->next = NULL;
+    p->len = (uint32_t)total;
+    p->start = p->off = (uint32_t)start;
+    copy_parts(p->data, parts, lens, nparts, start, (uint32_t)(total - start));
+    if (lk->out_tail) lk->out_tail->next = p; else lk->out_head = p;
+    lk->out_tail = p;
+    lk->out_bytes += total - start;
+    set_pending(lk);
+    return 0;
+}
+
+/* Move a listener's link on as far as its window, the mbuf pool and the transmit ring allow now:
+ * first the frames the ring did not take, then the queued messages, in order. Never waits. */
+static void advance(struct link *lk)
+{
+    if (lk->closed) { outbox_clear(lk); return; }
+    if (seq_before(lk->tx_sent, lk->tx_acked)) lk->tx_sent = lk->tx_acked;  /* (a lying ack) */
+    while (lk->tx_sent != lk->tx_next) {
+        struct rte_mbuf *burst[BURST];
+        uint16_t n = 0;
+        for (uint32_t s = lk->tx_sent; n < BURST && s != lk->tx_next; n++, s++) {
+            burst[n] = lk->hist[s % WINDOW];
+            rte_pktmbuf_refcnt_update(burst[n], 1);
+        }
+        uint16_t sent = rte_eth_tx_burst(g_ports[lk->port].pid, 0, burst, n);
+        lk->tx_sent += sent;
+        lk->st[S_FSENT] += sent;
+        if (sent) lk->last_tx_ns = rlb_now_ns();
+        if (sent < n) { rte_pktmbuf_free_bulk(burst + sent, n - sent); return; }
+    }
+    while (lk->out_head) {
+        struct pend *p = lk->out_head;
+        const uint8_t *data = p->data;
+        uint32_t have = p->len - p->start;
+        uint64_t off = p->off;
+        int done = frame_msg(lk, &data, &have, 1, p->len, p->start, &off, 0);
+        lk->out_bytes -= off - p->off;
+        p->off = (uint32_t)off;
+        if (done <= 0) return;  /* the window (or the pool) is full: on at a later poll */
+        lk->out_head = p->next;
+        if (!lk->out_head) lk->out_tail = NULL;
+        free(p);
+    }
+    if (lk->tx_sent == lk->tx_next) clear_pending(lk);
+}
+
+static void progress(struct listener *L)
+{
+    for (int i = 0; i < L->nlinks; i++) {
+        struct link *lk = &g_links[L->links[i]];
+        if (lk->pending) advance(lk);
+    }
 }
 
 /* ------------------------------------------------------------------------------ receiving */
@@ -914,6 +1081,7 @@ static void link_free(struct link *lk)
 {
     for (uint32_t s = lk->tx_acked; s != lk->tx_next; s++) rte_pktmbuf_free(lk->hist[s % WINDOW]);
     for (struct msg *m = lk->q_head, *next; m; m = next) { next = m->next; free(m); }
+    outbox_clear(lk);
     free(lk->held);
     free(lk->asm_msg);
     lk->used = 0;
@@ -981,7 +1149,7 @@ static struct listener *listener_at(int id)
     return &g_listeners[id];
 }
 
-int rlb_listener_new(uint32_t token, uint32_t max_message, uint64_t give_up_ns)
+int rlb_listener_new(uint32_t token, uint32_t max_message, uint64_t give_up_ns, uint64_t max_queued)
 {
     pthread_mutex_lock(&g_lock);
     int id = -1;
@@ -992,6 +1160,7 @@ int rlb_listener_new(uint32_t token, uint32_t max_message, uint64_t give_up_ns)
         g_listeners[id].token = token;
         g_listeners[id].max_message = max_message;
         g_listeners[id].give_up_ns = give_up_ns;
+        g_listeners[id].max_queued = max_queued;
     }
     pthread_mutex_unlock(&g_lock);
     return id >= 0 ? id : fail(EMFILE, "too many listeners");
@@ -1067,7 +1236,7 @@ int64_t rlb_listener_recv(int id, uint64_t timeout_ns, int *peer, uint8_t **data
             struct link *lk = &g_links[L->links[i]];
             if (lk->q_head) {
                 L->turn = (i + 1) % L->nlinks;
-                *peer = L->links[i];
+                *peer = lk->peer_id;
                 return pop(lk, &L->held, data);
             }
         }
@@ -1086,13 +1255,71 @@ int64_t rlb_listener_recv(int id, uint64_t timeout_ns, int *peer, uint8_t **data
     }
 }
 
+/* The link of a listener's peer, by its id (a link is in its listener's links from hello to link_free). */
+static struct link *listener_peer(struct listener *L, int peer)
+{
+    struct link *lk = &g_links[(unsigned)peer % MAX_LINKS];
+    return lk->used && lk->peer_id == peer && lk->listener == (int)(L - g_listeners) ? lk : NULL;
+}
+
+/* rlb_listener_send's other cases, never waiting: something waits for the link (done < 0: nothing of
+ * this message was framed), or its window or transmit ring filled (bytes [0, off) are framed). A
+ * listener that only sends polls nothing else, so the acknowledgements that came meanwhile wait in
+ * the rx rings: take them, a bounded number of bursts (each poll moves every queue on). What is still
+ * left waits in the link's queue. */
+static __attribute__((noinline)) int send_rest(struct listener *L, struct link *lk, int peer,
+                                               const uint8_t *const *parts, const uint32_t *lens, int nparts,
+                                               uint64_t total, uint64_t off, int done)
+{
+    int ret;
+    if (done < 0) {
+        for (int k = 0; k < ACK_POLLS && lk->pending; k++)
+            if (!poll_listener(L, rlb_now_ns())) break;
+        if ((ret = link_gone(lk))) return ret;
+        if (lk->pending) {  /* behind what waits, within the bound (a message into an empty queue always) */
+            if (lk->out_head && lk->out_bytes + total > L->max_queued) {
+                unsigned long long waiting = (unsigned long long)lk->out_bytes;
+                drop_peer(lk, C_SLOW);
+                return fail(ENOBUFS, "peer %d was dropped as a slow consumer: it did not acknowledge what was sent "
+                            "to it (%llu bytes waiting, max_queued_bytes=%llu)", peer, waiting,
+                            (unsigned long long)L->max_queued);
+            }
+            if ((ret = queue_msg(lk, parts, lens, nparts, total, 0)) < 0) return ret;
+            goto sent;
+        }
+        done = frame_msg(lk, parts, lens, nparts, total, 0, &off, 0);
+    }
+    for (int k = 0; !done && k < ACK_POLLS && lk->tx_sent == lk->tx_next; k++) {
+        if (!poll_listener(L, rlb_now_ns()) || lk->closed) break;
+        done = frame_msg(lk, parts, lens, nparts, total, 0, &off, 0);
+    }
+    if ((ret = link_gone(lk))) return ret;
+    if (!done && (ret = queue_msg(lk, parts, lens, nparts, total, off)) < 0) return ret;
+    if (lk->tx_sent != lk->tx_next) set_pending(lk);  /* the transmit ring was full */
+sent:
+    lk->st[S_MSENT]++;
+    lk->st[S_BSENT] += total;
+    return 0;
+}
+
+/* Never waits on the peer. The common case (nothing waiting, room in the window and the ring) frames
+ * the message straight from the caller's parts, as a client's send does; the rest is send_rest's. */
 int rlb_listener_send(int id, int peer, const uint8_t *const *parts, const uint32_t *lens, int nparts)
 {
     struct listener *L = listener_at(id);
     if (!L) return -EBADF;
-    for (int i = 0; i < L->nlinks; i++)
-        if (L->links[i] == peer) return send_msg(&g_links[peer], parts, lens, nparts);
-    return fail(ENOTCONN, "peer %d is not connected", peer);
+    struct link *lk = listener_peer(L, peer);
+    if (!lk) return fail(ENOTCONN, "peer %d is not connected", peer);
+    uint64_t total = 0, off = 0;
+    for (int i = 0; i < nparts; i++) total += lens[i];
+    if (total > 0xFFFFFFFFull) return fail(EMSGSIZE, "message of %llu bytes is too large", (unsigned long long)total);
+    if (lk->closed) return link_gone(lk);
+    if (lk->pending) return send_rest(L, lk, peer, parts, lens, nparts, total, 0, -1);
+    int done = frame_msg(lk, parts, lens, nparts, total, 0, &off, 0);
+    if (!done || lk->tx_sent != lk->tx_next) return send_rest(L, lk, peer, parts, lens, nparts, total, off, done);
+    lk->st[S_MSENT]++;
+    lk->st[S_BSENT] += total;
+    return 0;
 }
 
 int rlb_listener_peers(int id, int *out, int cap)
@@ -1100,9 +1327,29 @@ int rlb_listener_peers(int id, int *out, int cap)
     struct listener *L = listener_at(id);
     if (!L) return -EBADF;
     int n = 0;
-    for (int i = 0; i < L->nlinks && n < cap; i++)
-        if (!g_links[L->links[i]].closed) out[n++] = L->links[i];
+    for (int i = 0; i < L->nlinks; i++) {
+        if (g_links[L->links[i]].closed) continue;
+        if (n < cap) out[n] = g_links[L->links[i]].peer_id;
+        n++;
+    }
     return n;
+}
+
+int rlb_listener_drop(int id, int peer, int why)
+{
+    struct listener *L = listener_at(id);
+    if (!L) return -EBADF;
+    if (why && (why < C_OVERSIZE || why > C_SLOW)) return fail(EINVAL, "no such reason to drop a peer: %d", why);
+    struct link *lk = listener_peer(L, peer);
+    if (!lk || lk->closed) return 0;
+    if (why == C_OVERSIZE) lk->st[S_REFUSED]++;
+    if (why) {
+        drop_peer(lk, why);
+    } else {
+        link_end(lk, C_CLOSED);
+        send_bye(lk);
+    }
+    return 0;
 }
 
 void rlb_listener_stats(int id, uint64_t *out)
@@ -1118,13 +1365,24 @@ void rlb_listener_close(int id)
 {
     struct listener *L = listener_at(id);
     if (!L) return;
-    /* Goodbye to every peer, then wait (briefly) for their answers before the ports stop. */
-    for (int i = 0; i < L->nlinks; i++) {
-        struct link *lk = &g_links[L->links[i]];
-        if (!lk->closed) send_bye(lk);
-    }
+    /* What waits in peers' queues goes out first, for as long as a goodbye's answer may take. */
     uint64_t start = rlb_now_ns();
     uint32_t idle = 0;
+    while (L->backlog && rlb_now_ns() - start < BYE_WAIT_NS) {
+        uint64_t now = rlb_now_ns();
+        int got = poll_listener(L, now);
+        service_listener(L, now);
+        if (got) idle = 0; else idle_step(&idle);
+    }
+    /* Goodbye to every peer (what still waits stays unsent), then wait (briefly) for their answers
+     * before the ports stop. */
+    for (int i = 0; i < L->nlinks; i++) {
+        struct link *lk = &g_links[L->links[i]];
+        outbox_clear(lk);
+        if (!lk->closed) send_bye(lk);
+    }
+    start = rlb_now_ns();
+    idle = 0;
     while (rlb_now_ns() - start < BYE_WAIT_NS) {
         int open = 0;
         for (int i = 0; i < L->nlinks; i++) open += !g_links[L->links[i]].closed;
