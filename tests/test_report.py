@@ -56,7 +56,8 @@ def test_report_page_loads_with_its_figures_in_chromium(study, tmp_path):
     sizes = [_png_size(base64.b64decode(data)) for data in images]
     assert len(sizes) >= 3 and all(w >= 400 and h >= 250 for w, h in sizes), sizes  # curves, profile, CDFs
     for expected in ("replay=prioritized", "replay=uniform", "env steps/s", "final greedy return",
-                     "time to return 20 (s)", "P(row beats column)", "Machine fingerprint", "measured"):
+                     "wall time to return 20 (s)", "env steps to return 20", "P(row beats column)", "Machine fingerprint",
+                     "measured", "the IQM of 3 runs trims 0 runs at each end (it is the mean)", "range ["):
         assert expected in html, expected
 
     dom = browser.dump_dom(page.as_uri())
@@ -96,8 +97,12 @@ def test_compare_two_result_sets(study, tmp_path):
     assert compared.returncode == 0, compared.stderr
     lines = compared.stdout.splitlines()
     rate = next(line for line in lines if line.strip().startswith("env steps/s"))
-    assert rate.count("n=3") == 2 and re.search(r"(A better|B better) \(intervals apart\)|within the intervals", rate)
-    assert any(line.strip().startswith("P(A beats B), final return") for line in lines)
+    # three seeds: the runs' ranges, never "intervals apart"
+    assert rate.count("n=3") == 2 and rate.count("range [") == 2
+    assert re.search(r"(A better|B better) \(ranges apart\)|within the ranges", rate)
+    assert "intervals apart" not in compared.stdout
+    assert any(line.strip().startswith("P(A beats B), final greedy return") for line in lines)
+    assert any(line.strip().startswith("verdict (clock: env steps; env steps to return 20)") for line in lines)
     nothing = _report("compare", str(tmp_path / "prioritized"), str(tmp_path / "missing"))
     assert nothing.returncode == 2 and nothing.stderr.strip() == f"error: no such file or folder: {tmp_path / 'missing'}"
 
