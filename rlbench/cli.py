@@ -323,7 +323,8 @@ BENCH_COMMANDS = (("rlbench.bench.transport", "command"), ("rlbench.bench.replay
                   ("rlbench.bench.algo", "ddpg_command"),
                   ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
                   ("rlbench.bench.matrix", "command"), ("rlbench.ray_cli", "launchers_command"),
-                  ("rlbench.bench.access", "command"), ("rlbench.bench.attacks", "command"))
+                  ("rlbench.bench.access", "command"), ("rlbench.bench.attacks", "command"),
+                  ("rlbench.bench.policies", "command"))
 
 
 def _attach_commands() -> None:

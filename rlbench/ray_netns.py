@@ -136,10 +136,12 @@ def _ip(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def namespace_cluster(nodes: int = 3, cpus: int = NODE_CPUS) -> Iterator[NamespaceCluster]:
+def namespace_cluster(nodes: int = 3, cpus: int = NODE_CPUS,
+                      cpusets: list[str | None] | None = None) -> Iterator[NamespaceCluster]:
     """`nodes` namespaces on one bridge (10.77.X.1.., X random), interface eth0 in each, a Ray head
-    in the first and a worker in each other (custom resources rlb_a, rlb_b, ...). Everything is
-    removed afterwards, whatever happened: every process in the namespaces killed, the namespaces,
+    in the first and a worker in each other (custom resources rlb_a, rlb_b, ...); `cpusets[i]`, when
+    given, pins node i (its raylet and every process it starts) to those cores (taskset). Everything
+    is removed afterwards, whatever happened: every process in the namespaces killed, the namespaces,
     the bridge and Ray's temporary directory deleted."""
     tag = secrets.token_hex(2)
     subnet = f"10.77.{secrets.randbelow(200) + 20}"
@@ -164,12 +166,16 @@ def namespace_cluster(nodes: int = 3, cpus: int = NODE_CPUS) -> Iterator[Namespa
             _ip("-n", name, "addr", "add", f"{ip}/24", "dev", "eth0")
             _ip("-n", name, "link", "set", "eth0", "up")
         ray = str(VENV_BIN / "ray")
+
+        def pinned(i: int) -> list[str]:
+            return ["taskset", "-c", cpusets[i], ray] if cpusets and cpusets[i] is not None else [ray]
+
         common = [f"--num-cpus={cpus}", f"--object-store-memory={SMALL_OBJECT_STORE_BYTES}", "--disable-usage-stats"]
-        cluster.run(0, ray, "start", "--head", f"--node-ip-address={cluster.ips[0]}", f"--port={cluster.port}",
+        cluster.run(0, *pinned(0), "start", "--head", f"--node-ip-address={cluster.ips[0]}", f"--port={cluster.port}",
                     "--include-dashboard=false", f"--temp-dir={cluster.temp_dir}",
                     f"--system-config={json.dumps(FAST_HEALTH_CHECKS)}", '--resources={"rlb_a": 1}', *common)
         for i in range(1, nodes):
-            cluster.run(i, ray, "start", f"--address={cluster.address}", f"--node-ip-address={cluster.ips[i]}",
+            cluster.run(i, *pinned(i), "start", f"--address={cluster.address}", f"--node-ip-address={cluster.ips[i]}",
                         f'--resources={{"rlb_{chr(97 + i)}": 1}}', *common)
         _wait_for_nodes(cluster, nodes)
         yield cluster

@@ -216,3 +216,16 @@ def test_a_plugins_policy_is_registered_through_the_hook_listed_and_checked(tmp_
         check_policy(Lonely)
     finally:
         sys.path.remove(str(root))
+
+
+def test_bench_policies_puts_each_policy_beside_the_others():
+    done = run_cli("bench", "policies", "--learners", "2", "--steps", "1500", "--batch-size", "64", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    rows = {row["run"]: row for row in json.loads(done.stdout)["rows"]}
+    assert list(rows) == ["device x1", "single-learner x1", "data-parallel x2"]
+    assert all(row["status"] == "complete" and row["updates_per_s"] > 0 for row in rows.values())
+    assert rows["data-parallel x2"]["parameters_identical"] is True
+    assert rows["data-parallel x2"]["allreduce_ms_per_update"] > 0 and 0 < rows["data-parallel x2"]["allreduce_share"] < 1
+    assert rows["single-learner x1"]["allreduce_ms_per_update"] is None
