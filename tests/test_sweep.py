@@ -80,6 +80,10 @@ replay = ["prioritized", "uniform"]
     ('[sweep]\nreplay = "uniform"', "axis 'replay' takes a non-empty list"),
     ('stepz = 5', "unknown key 'stepz'; did you mean 'steps'?"),
     ('sweep = 3', "[sweep] must be a table"),
+    ('[sweep]\ntarget_return = "high"', "target_return is a number or a table of one number per environment"),
+    ('[sweep.target_return]\n"CartPole-v1" = "x"', "target_return is a number or a table of one number per environment"),
+    ('[sweep.reference_scores]\nchain = {random = 1}', "reference_scores.chain takes two numbers, {random = R, reference = S}"),
+    ('[sweep.reference_scores]\nchain = {random = 1, reference = 1}', "random and reference are both 1: nothing to normalise by"),
 ])
 def test_bad_study_files_are_one_line_errors(tmp_path, table, message):
     path = tmp_path / "bad.toml"
