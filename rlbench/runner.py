@@ -108,7 +108,7 @@ def _select_loop(plan: Plan, ctx: RunContext) -> tuple[str, Callable[[RunContext
             return device_loop.NAME, device_loop.run_device_loop, None
         from rlbench.runtime.local import run_replay_loop
 
-        on_accelerator = any(device not in (None, "cpu") for device in devices.values())
+        on_accelerator = any(device not in device_loop.HOST_DEVICES for device in devices.values())
         return "replay", run_replay_loop, why_not if on_accelerator else None
     from rlbench.runtime.local import run_tabular_loop
 

@@ -18,6 +18,10 @@ class ReplayLoopConfig:
     per_beta_start: float = 0.4  # importance-sampling exponent, annealed linearly to per_beta_end
     per_beta_end: float = 1.0
     per_eps: float = 1e-6  # added to |TD error| so no priority is zero
+    # How much work one launch hands an accelerator, in the one-device loop only (rlbench/runtime/
+    # device_loop.py); the local and distributed loops ignore both. Neither changes the replay ratio.
+    updates_per_launch: int = 8  # K: learner updates per captured launch (an H100 gained nothing past 8)
+    env_steps_per_launch: int = 16  # S: vector env steps per captured launch (actions lag updates by <= S)
 
 
 @dataclass

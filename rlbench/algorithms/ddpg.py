@@ -120,6 +120,12 @@ class DDPGActor:
 
 
 class DDPGLearner:
+    """Critic by TD, actor by the critic's gradient every policy_delay updates, soft targets.
+
+    `update(sample)` serves the local and distributed loops; the one-device loop
+    (rlbench/runtime/device_loop.py) calls `prepare_capture`, `explore` and `device_updates` and
+    captures them in CUDA graphs (as DQNLearner)."""
+
     def __init__(self, spec: EnvSpec, compute: Any, config: DDPGConfig, seed: int) -> None:
         import torch
 
@@ -131,6 +137,10 @@ class DDPGLearner:
         bounds = action_bounds(spec)
         self.action_scale = torch.as_tensor(bounds.scale.ravel(), device=device)
         self.action_center = torch.as_tensor(bounds.center.ravel(), device=device)
+        self.action_low = torch.as_tensor(bounds.low.ravel(), device=device)
+        self.action_high = torch.as_tensor(bounds.high.ravel(), device=device)
+        self.action_shape = tuple(spec.action_shape)
+        self.generator: Any = None  # exploration draws on the device (prepare_capture)
         actor_sizes = actor_layer_sizes(spec, config)
         critic_sizes = [actor_sizes[0] + actor_sizes[-1], *config.hidden_sizes, 1]
         self.actor = mlp(actor_sizes, output_activation="tanh", device=device)
@@ -151,43 +161,108 @@ class DDPGLearner:
 
         return network(torch.cat([obs, action], dim=1)).squeeze(1)
 
-    def update(self, sample: Sample) -> tuple[np.ndarray, dict[str, float]]:
+    def learn_critic(self, obs, actions, reward, next_obs, done, weights):
+        """One critic step on a batch of device tensors: returns |TD error| before it, the critic's loss
+        and Q(s, a), detached."""
         import torch
 
-        from rlbench.algorithms.networks import as_tensor, soft_update
-
-        t, device, config = sample.transitions, self.device, self.config
-        obs, next_obs = as_tensor(t["obs"], device), as_tensor(t["next_obs"], device)
-        actions = as_tensor(t["action"], device).view(len(obs), -1)
-        reward, done = as_tensor(t["reward"], device), as_tensor(t["done"], device)
+        config = self.config
         with torch.no_grad():
             next_q = self._q(self.target_critic, next_obs, self._policy(self.target_actor, next_obs))
             target = reward + config.gamma * (1.0 - done) * next_q
         q = self._q(self.critic, obs, actions)
         td_error = target - q
-        critic_loss = (as_tensor(sample.weights, device) * td_error.pow(2)).mean()
+        critic_loss = (weights * td_error.pow(2)).mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
+        return td_error.detach().abs(), critic_loss.detach(), q.detach()
 
-        info = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}  # tensors: float() would sync
+    def learn_actor(self, obs):
+        """One actor step up the critic's gradient, then both targets follow softly; returns the actor's loss."""
+        from rlbench.algorithms.networks import soft_update
+
+        # The actor's loss needs gradients through the critic, not of its weights (the critic's
+        # optimizer clears those before its next step anyway): freezing it skips their matmuls.
+        self.critic.requires_grad_(False)
+        try:
+            actor_loss = -self._q(self.critic, obs, self._policy(self.actor, obs)).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+        finally:
+            self.critic.requires_grad_(True)
+        self.actor_optimizer.step()
+        soft_update(self.target_actor, self.actor, self.config.tau)
+        soft_update(self.target_critic, self.critic, self.config.tau)
+        return actor_loss.detach()
+
+    def update(self, sample: Sample) -> tuple[np.ndarray, dict[str, float]]:
+        from rlbench.algorithms.networks import as_tensor
+
+        t, device, config = sample.transitions, self.device, self.config
+        obs = as_tensor(t["obs"], device)
+        td_abs, critic_loss, q = self.learn_critic(obs, as_tensor(t["action"], device).view(len(obs), -1),
+                                                   as_tensor(t["reward"], device), as_tensor(t["next_obs"], device),
+                                                   as_tensor(t["done"], device), as_tensor(sample.weights, device))
+        info = {"critic_loss": critic_loss, "q_mean": q.mean()}  # tensors: float() would sync
         self.updates += 1
         if self.updates % config.policy_delay == 0:
-            # The actor's loss needs gradients through the critic, not of its weights (the critic's
-            # optimizer clears those before its next step anyway): freezing it skips their matmuls.
-            self.critic.requires_grad_(False)
-            try:
-                actor_loss = -self._q(self.critic, obs, self._policy(self.actor, obs)).mean()
-                self.actor_optimizer.zero_grad(set_to_none=True)
-                actor_loss.backward()
-            finally:
-                self.critic.requires_grad_(True)
-            self.actor_optimizer.step()
-            soft_update(self.target_actor, self.actor, config.tau)
-            soft_update(self.target_critic, self.critic, config.tau)
-            info["actor_loss"] = actor_loss.detach()
-        priorities = same_kind(td_error.detach().abs() + config.per_eps, sample.indices)
+            info["actor_loss"] = self.learn_actor(obs)
+        priorities = same_kind(td_abs + config.per_eps, sample.indices)
         return priorities, info
+
+    # -- the one-device loop: captured, no host round trip --------------------------------------------
+    def prepare_capture(self, seed: int) -> None:
+        """Make updates graph-safe before the first one: fused, capturable Adams and a device
+        generator for exploration."""
+        import torch
+
+        from rlbench.algorithms.networks import capturable_adam
+
+        if self.updates:
+            raise RlbenchError("prepare_capture must come before the learner's first update")
+        self.actor_optimizer = capturable_adam(self.actor.parameters(), self.config.actor_learning_rate)
+        self.critic_optimizer = capturable_adam(self.critic.parameters(), self.config.critic_learning_rate)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def launch_refusal(self, count: int) -> str | None:
+        """Why `count` updates per launch cannot repeat one captured pattern, or None. The actor steps
+        on every policy_delay-th update, decided on the host; a graph replays the pattern it captured,
+        which every launch repeats only when it spans whole periods."""
+        if count % self.config.policy_delay:
+            return (f"ddpg on one device needs updates_per_launch ({count}) to be a multiple of policy_delay "
+                    f"({self.config.policy_delay}): each captured launch repeats one critic/actor pattern")
+        return None
+
+    def explore(self, observations, env_step):
+        """The local actor's actions on the device: uniform over the box before learning_starts env
+        steps (`env_step`, a 0-dim device tensor), then the online policy plus clipped Gaussian noise."""
+        import torch
+
+        n, device = observations.shape[0], observations.device
+        shape = (n, *self.action_shape)
+        low, high = self.action_low, self.action_high
+        uniform = low + (high - low) * torch.rand(shape, generator=self.generator, device=device)
+        noise = torch.randn(shape, generator=self.generator, device=device) * (self.action_scale
+                                                                                * self.config.exploration_noise)
+        with torch.no_grad():
+            greedy = self._policy(self.actor, observations).reshape(shape)
+        return torch.where(env_step < self.config.learning_starts, uniform, torch.clamp(greedy + noise, low, high))
+
+    def device_updates(self, replay, count: int, beta) -> None:
+        """`count` updates straight from a device memory, each as update() does it; the actor steps on
+        every policy_delay-th update of the launch (launch_refusal holds launches to whole periods, so
+        this is update()'s schedule). Host counters (self.updates) are the caller's."""
+        config = self.config
+        for i in range(count):
+            sample = replay.draw(config.batch_size, beta)
+            t = sample.transitions
+            obs = t["obs"]
+            td_abs, _, _ = self.learn_critic(obs, t["action"].view(len(obs), -1), t["reward"], t["next_obs"], t["done"],
+                                             sample.weights)
+            if (i + 1) % config.policy_delay == 0:
+                self.learn_actor(obs)
+            replay.set_priorities(sample.indices, td_abs + config.per_eps)
 
     def weights(self) -> list[np.ndarray]:
         from rlbench.algorithms.networks import export_weights
@@ -198,6 +273,8 @@ class DDPGLearner:
 class DDPG:
     name = "ddpg"
     Config = DDPGConfig
+    # Its learner offers prepare_capture / explore / device_updates: the one-device loop can run it.
+    captures_on_one_device = True
 
     capabilities = caps.DDPG
 

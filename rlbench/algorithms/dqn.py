@@ -110,7 +110,13 @@ class DQNActor:
 
 
 class DQNLearner:
-    """TD learning of Q(s, a) with a target network; the loss is weighted by importance weights."""
+    """TD learning of Q(s, a) with a target network; the loss is weighted by importance weights.
+
+    `update(sample)` serves the local and distributed loops. The one-device loop
+    (rlbench/runtime/device_loop.py) calls `prepare_capture` once, then `explore` and
+    `device_updates`, which it captures in CUDA graphs: the same math, with the schedules
+    (epsilon, the target network's period) computed on the device instead of from host counters.
+    """
 
     def __init__(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> None:
         import torch
@@ -128,6 +134,9 @@ class DQNLearner:
         self.target_network.load_state_dict(self.q_network.state_dict())
         self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=config.learning_rate)
         self.updates = 0
+        self.n_actions = sizes[-1]
+        self.generator: Any = None  # exploration draws on the device (prepare_capture)
+        self.updates_on_device: Any = None  # the update count the target network's schedule reads on the device
 
     def td_target(self, reward, next_obs, done):
         """r + gamma * (1 - done) * Q_target(s', a*), a* from the online net when double-DQN."""
@@ -142,36 +151,91 @@ class DQNLearner:
             next_q = next_q_target.gather(1, best).squeeze(1)
             return reward + self.config.gamma * (1.0 - done) * next_q
 
-    def update(self, sample: Sample) -> tuple[np.ndarray, dict[str, float]]:
+    def learn(self, obs, actions, reward, next_obs, done, weights):
+        """One gradient step on a batch of device tensors (actions int64 of shape (batch, 1)):
+        returns the TD target, Q(s, a) before the step and the loss, detached."""
         import torch
         from torch.nn import functional as F
 
-        from rlbench.algorithms.networks import as_tensor, soft_update
-
-        t, device, config = sample.transitions, self.device, self.config
-        obs, next_obs = as_tensor(t["obs"], device), as_tensor(t["next_obs"], device)
-        actions = as_tensor(t["action"], device, torch.int64).view(-1, 1)
-        target = self.td_target(as_tensor(t["reward"], device), next_obs, as_tensor(t["done"], device))
+        config = self.config
+        target = self.td_target(reward, next_obs, done)
         q = self.q_network(obs).gather(1, actions).squeeze(1)
         if config.loss == "huber":
             elementwise = F.smooth_l1_loss(q, target, reduction="none")
         else:
             elementwise = F.mse_loss(q, target, reduction="none")
-        loss = (as_tensor(sample.weights, device) * elementwise).mean()
+        loss = (weights * elementwise).mean()
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.q_network.parameters(), config.max_grad_norm)
         self.optimizer.step()
+        return target, q.detach(), loss.detach()
+
+    def update(self, sample: Sample) -> tuple[np.ndarray, dict[str, float]]:
+        import torch
+
+        from rlbench.algorithms.networks import as_tensor, soft_update
+
+        t, device, config = sample.transitions, self.device, self.config
+        target, q, loss = self.learn(as_tensor(t["obs"], device), as_tensor(t["action"], device, torch.int64).view(-1, 1),
+                                     as_tensor(t["reward"], device), as_tensor(t["next_obs"], device),
+                                     as_tensor(t["done"], device), as_tensor(sample.weights, device))
         self.updates += 1
         if self.updates % config.target_update_every == 0:
             soft_update(self.target_network, self.q_network, config.tau)
 
         # Priorities go back as the sample came (a device memory's tensors stay there), and the info
         # stays in tensors: a float() here would wait for the device on every update.
-        priorities = same_kind((target - q.detach()).abs() + config.per_eps, sample.indices)
-        return priorities, {"loss": loss.detach(), "q_mean": q.detach().mean()}
+        priorities = same_kind((target - q).abs() + config.per_eps, sample.indices)
+        return priorities, {"loss": loss, "q_mean": q.mean()}
+
+    # -- the one-device loop: captured, no host round trip --------------------------------------------
+    def prepare_capture(self, seed: int) -> None:
+        """Make updates graph-safe before the first one: a fused, capturable Adam (its step count on
+        the device), the update count on the device, and a device generator for exploration."""
+        import torch
+
+        from rlbench.algorithms.networks import capturable_adam
+
+        if self.updates:
+            raise RlbenchError("prepare_capture must come before the learner's first update")
+        self.optimizer = capturable_adam(self.q_network.parameters(), self.config.learning_rate)
+        self.updates_on_device = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def explore(self, observations, env_step):
+        """Epsilon-greedy actions (int64) from the online network, epsilon from `env_step`, a 0-dim
+        device tensor of env steps so far (epsilon_at on the device)."""
+        import torch
+
+        config, n, device = self.config, observations.shape[0], observations.device
+        fraction = (env_step / max(1, config.exploration_steps)).clamp(max=1.0)
+        epsilon = config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+        explore = torch.rand(n, generator=self.generator, device=device) < epsilon
+        random_actions = torch.randint(self.n_actions, (n,), generator=self.generator, device=device)
+        with torch.no_grad():
+            greedy = self.q_network(observations).argmax(dim=1)
+        return torch.where(explore, random_actions, greedy)
+
+    def device_updates(self, replay, count: int, beta) -> None:
+        """`count` updates straight from a device memory (replay.draw / set_priorities, beta a 0-dim
+        device tensor), each as update() does it. The target network follows its period by a device
+        count: lerp by tau on the update that completes a period, by 0 (exactly no change) otherwise.
+        Host counters (self.updates) are the caller's: a captured call's Python runs once, at capture."""
+        from rlbench.algorithms.networks import soft_update
+
+        config = self.config
+        for _ in range(count):
+            sample = replay.draw(config.batch_size, beta)
+            t = sample.transitions
+            target, q, _ = self.learn(t["obs"], t["action"].view(-1, 1), t["reward"], t["next_obs"], t["done"],
+                                      sample.weights)
+            self.updates_on_device += 1
+            period_ends = (self.updates_on_device % config.target_update_every == 0).to(q.dtype)
+            soft_update(self.target_network, self.q_network, period_ends * config.tau)
+            replay.set_priorities(sample.indices, (target - q).abs() + config.per_eps)
 
     def weights(self) -> list[np.ndarray]:
         from rlbench.algorithms.networks import export_weights
@@ -182,6 +246,8 @@ class DQNLearner:
 class DQN:
     name = "dqn"
     Config = DQNConfig
+    # Its learner offers prepare_capture / explore / device_updates: the one-device loop can run it.
+    captures_on_one_device = True
 
     capabilities = caps.DQN
 

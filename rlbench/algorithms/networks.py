@@ -48,16 +48,30 @@ def adam(parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(parameters, lr=lr)
 
 
+def capturable_adam(parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam whose step never reads the device from the host, for learners captured in CUDA graphs:
+    fused (the step count is a device tensor and one kernel updates every parameter; the default
+    implementation keeps it on the host and calls .item()), and capturable on an accelerator (torch
+    refuses to capture a step that is not)."""
+    parameters = list(parameters)
+    return torch.optim.Adam(parameters, lr=lr, fused=True, capturable=parameters[0].device.type != "cpu")
+
+
 def as_tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A sampled numpy batch on the learner's device (no copy on the CPU when the dtype matches)."""
     return torch.as_tensor(array, dtype=dtype, device=device)
 
 
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- tau * source + (1 - tau) * target (tau = 1 copies), all parameters in one foreach call."""
+def soft_update(target: nn.Module, source: nn.Module, tau: float | torch.Tensor) -> None:
+    """target <- tau * source + (1 - tau) * target (tau = 1 copies), all parameters in one foreach call.
+    tau may be a 0-dim device tensor (a schedule decided on the device): lerp is exact at 0 and 1."""
     with torch.no_grad():
         targets, sources = list(target.parameters()), list(source.parameters())
-        if tau >= 1.0:
+        if isinstance(tau, torch.Tensor):
+            # One weight tensor per parameter: given a lone tensor, foreach_lerp_ takes its Scalar
+            # overload, which reads it on the host (.item(), a sync that a CUDA graph refuses).
+            torch._foreach_lerp_(targets, sources, [tau] * len(targets))
+        elif tau >= 1.0:
             for t, s in zip(targets, sources):
                 t.copy_(s)
         else:
