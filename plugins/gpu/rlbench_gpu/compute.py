@@ -1,7 +1,8 @@
 """Compute `gpu`: the DQN/DDPG learner on a CUDA device, and actor inference as batched torch matmuls there.
 
 The learner needs nothing from us but `torch_device()`: the core's learners put their networks on
-it. Actor inference (`TorchMLP`) takes numpy observations (copied in, the result copied out, as the
+it. `capture(function, generators)` hands rlbench's one-device loop a launch of many steps at once
+(a CUDA graph; see capture.py). Actor inference (`TorchMLP`) takes numpy observations (copied in, the result copied out, as the
 core's actors expect) or torch tensors (kept on the device, returned as device tensors, so an actor
 stepping a GPU environment never leaves the device).
 """
@@ -74,7 +75,12 @@ class GpuCompute:
     """ComputeBackend "gpu". `device`: a CUDA index or "cuda:N" (the registered component); "cpu" runs
     the same code on the host (tests)."""
 
-    def __init__(self, device: Any = "cuda", *, tf32: bool = False) -> None:
+    def __init__(self, device: Any = "cuda", *, tf32: bool = False, capture: str = "graph") -> None:
+        from rlbench_gpu.capture import CAPTURE_MODES
+
+        if capture not in CAPTURE_MODES:
+            raise RlbenchError(f"capture must be one of {', '.join(CAPTURE_MODES)}, got {capture!r}")
+        self.capture_mode = capture
         self.device = resolve_device(device)
         self.capabilities = on_device(COMPUTE_CAPABILITIES, self.device.type)
         # TF32 trades ~1e-3 relative matmul precision for speed on Ampere+; off unless asked for.
@@ -94,8 +100,15 @@ class GpuCompute:
         return TorchMLP(layer_sizes, device=self.device, hidden_activation=hidden_activation,
                         output_activation=output_activation)
 
+    def capture(self, function: Any, generators: Sequence[Any] = ()) -> Any:
+        """launch() that runs function() as one captured unit (CUDA graph, or torch.compile then a graph;
+        eager on the CPU device). `generators`: the device generators the function draws from."""
+        from rlbench_gpu.capture import CapturedLaunch
+
+        return CapturedLaunch(function, device=self.device, mode=self.capture_mode, generators=generators)
+
     def tabular(self, n_states: int, n_actions: int) -> Any:
         raise RlbenchError(f"compute gpu has {COMPUTE_CAPABILITIES.does_not}")
 
     def fingerprint(self) -> dict[str, Any]:
-        return {**device_fingerprint(self.device), "tf32": self.tf32}
+        return {**device_fingerprint(self.device), "tf32": self.tf32, "capture": self.capture_mode}

@@ -12,6 +12,12 @@ dtype="float32" for speed. `output` says what the arrays handed out are: "numpy"
 the core's loops use today) or "torch" (device tensors, no host round trip). Actions may be numpy
 or torch tensors. `graph=True` (CUDA only) captures one step in a CUDA graph and replays it, which
 removes the launch cost of its ~30 small kernels (`rlbench bench env` measures both).
+
+`rollout(steps, act, record)` runs many steps with actions from a device policy and hands each
+transition on as device tensors: the chunk rlbench's one-device loop captures whole (one CUDA
+graph for S steps, policy and replay writes included). A step never reads a device value on the
+host and never makes a tensor from host data (the reset ranges are buffers made at construction),
+so it can be captured: a host constant built inside a capture fails on CUDA.
 """
 
 from __future__ import annotations
@@ -93,6 +99,23 @@ class BatchedTensorEnv:
             observations, rewards, terminated, truncated, final = self._step_tensors(actions)
         return StepResult(self._out(observations), self._out(rewards), self._out(terminated), self._out(truncated),
                           self._out(final))
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The device generator of resets; a CUDA graph that captures steps must register it."""
+        return self._generator
+
+    def rollout(self, steps: int, act: Any, record: Any) -> None:
+        """`steps` steps of every row: actions = act(observations), then record(observations, actions,
+        rewards, final_observations, terminated, truncated), all device tensors. The same transitions
+        as `steps` calls of step() with those actions; nothing waits for the host and nothing comes
+        from it, so a whole call can be captured in one CUDA graph."""
+        observations = self._observe(self.state)
+        for _ in range(steps):
+            actions = act(observations)
+            next_observations, rewards, terminated, truncated, final = self._step_tensors(self._actions(actions))
+            record(observations, actions, rewards, final, terminated, truncated)
+            observations = next_observations
 
     def _step_tensors(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Advance every row, then re-draw the rows whose episode ended (same-step auto-reset)."""
@@ -231,11 +254,12 @@ class BatchedPendulum(BatchedTensorEnv):
                        action_kind="continuous", action_shape=(1,), action_low=(-2.0,), action_high=(2.0,),
                        max_episode_steps=self.max_episode_steps, note="batched tensor Pendulum-v1 (gymnasium dynamics)")
         super().__init__(spec, seed=seed, device=device, dtype=dtype, output=output, graph=graph)
+        # Made here, not per reset: a tensor built from host values inside a captured step fails on CUDA.
+        self._reset_high = torch.tensor([math.pi, 1.0], dtype=self.dtype, device=self.device)
 
     def _initial_states(self, n: int) -> torch.Tensor:
         uniform = torch.rand((n, 2), generator=self._generator, dtype=self.dtype, device=self.device)
-        high = torch.tensor([math.pi, 1.0], dtype=self.dtype, device=self.device)
-        return (uniform * 2.0 - 1.0) * high
+        return (uniform * 2.0 - 1.0) * self._reset_high
 
     def _actions(self, actions: Any) -> torch.Tensor:
         actions, is_tensor = self._check_batch(actions, (1,))

@@ -47,6 +47,9 @@ def rlbench_register_run_options(option):
     option("compute", "gpu", "--gpu-device", "device", type=int, default=0,
            help="CUDA device index; it also becomes the current device, where replay gpu and the gpu/ "
                 "environments of the run are placed")
+    option("compute", "gpu", "--gpu-capture", "capture", choices=("graph", "compile", "eager"), default="graph",
+           help="how the one-device loop launches its chunks: one CUDA graph each (graph), torch.compile's "
+                "kernels in one CUDA graph (compile), or kernel by kernel (eager, the reference)")
 
 
 @hookimpl

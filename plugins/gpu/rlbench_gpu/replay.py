@@ -22,6 +22,17 @@ for the kit to say what is wrong with it.
 Arrays given as numpy are copied to the device; torch tensors are used where they are. Samples
 come back as numpy arrays when the memory is on the CPU device and as device tensors on CUDA, so
 the learner's batch never crosses to the host.
+
+Captured operations (rlbench's one-device loop replays them as CUDA graphs, many per launch):
+`write` (add), `draw` (sample) and `set_priorities` (update_priorities) take and give device
+tensors only, keep the write position and the size on the device, take beta as a device tensor,
+and never wait for the host: what add/sample/update_priorities refuse at once (an index out of
+range, a priority that is negative or not finite, a draw from a memory whose every priority is
+zero) instead raises a device-side flag, and `check_flags()` reads all flags in one sync (once per
+launch of K updates, not once per call) and raises the same ReplayError. An invalid priority is
+stored as zero and an out-of-range index clamped, so the tree stays finite until the flag is read.
+A captured call's Python runs once, at capture: the caller tells the host-side counts (len,
+stats) what each launch did with `count_captured`.
 """
 
 from __future__ import annotations
@@ -38,6 +49,10 @@ from rlbench_gpu.capabilities import REPLAY_CAPABILITIES, REPLAY_DTYPES, on_devi
 from rlbench_gpu.device import resolve_device
 
 DTYPES = {name: getattr(torch, name) for name in REPLAY_DTYPES}  # torch.float32, ..., torch.bool
+# The device-side flags of captured calls, in the order of GpuPrioritizedReplay._flags.
+FLAGS = ("an index out of range for the items stored", "a priority that is negative or not finite",
+         "a draw from a memory whose every priority is zero", "a zero priority was written")
+BAD_INDEX, BAD_PRIORITY, NO_MASS, ZERO_WRITTEN = range(len(FLAGS))
 
 
 class GpuPrioritizedReplay:
@@ -58,6 +73,13 @@ class GpuPrioritizedReplay:
         self._block_sum = torch.zeros(self.n_blocks, **f64)
         self._block_min = torch.full((self.n_blocks,), torch.inf, **f64)  # over positive leaves only
         self._max_priority = torch.ones((), **f64)  # raw priority, before alpha
+        # Per leaf, the position in the last update that wrote it: picks one winner among repeated indices.
+        self._last_writer = torch.zeros(self.n_blocks * self.block, dtype=torch.int64, device=self.device)
+        # The write position and size again, on the device, for captured writes (add keeps them equal).
+        self._cursor_on_device = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._size_on_device = torch.zeros((), dtype=torch.int64, device=self.device)
+        # Device-side refusals of captured calls, read by check_flags: see FLAGS.
+        self._flags = torch.zeros(len(FLAGS), dtype=torch.bool, device=self.device)
         self._layout: TransitionLayout | None = None  # fixed by the first add
         self._columns: dict[str, torch.Tensor] = {}
         self._size = 0
@@ -90,6 +112,8 @@ class GpuPrioritizedReplay:
             self._set_priorities(device_indices, device_priorities)
         self._counts["adds"] += n
         self._counts["add_calls"] += 1
+        self._cursor_on_device.fill_(self._cursor)
+        self._size_on_device.fill_(self._size)
         return indices
 
     def _allocate(self, layout: TransitionLayout) -> None:
@@ -145,6 +169,69 @@ class GpuPrioritizedReplay:
         leaf = block * self.block + offset
         return leaf, rows.gather(1, offset.unsqueeze(1)).squeeze(1)
 
+    # -- captured operations (see the module docstring) ------------------------------------------------
+    @property
+    def generator(self) -> torch.Generator:
+        """The device generator of draws; a CUDA graph that captures draws must register it."""
+        return self._generator
+
+    def write(self, transitions: Mapping[str, torch.Tensor]) -> None:
+        """add() of device tensors, capturable: written at the device-side position, new items at the
+        largest priority seen so far. Only shapes and dtypes are checked (on the host, from metadata)."""
+        if self._layout is None:
+            self._allocate(TransitionLayout.of(transitions, dtypes=REPLAY_DTYPES))
+        rows, n = self._layout.validate(transitions)
+        if n > self.capacity:
+            raise ReplayError(f"write: {n} items do not fit a memory of capacity {self.capacity}")
+        positions = (self._cursor_on_device + torch.arange(n, device=self.device)) % self.capacity
+        for column, row in zip(self._columns.values(), rows):
+            column.index_copy_(0, positions, row)
+        self._set_leaves(positions, self._max_priority.expand(n) ** self.alpha, distinct=True)
+        self._cursor_on_device.add_(n).remainder_(self.capacity)
+        self._size_on_device.add_(n).clamp_(max=self.capacity)
+
+    def draw(self, batch_size: int, beta: torch.Tensor) -> Sample:
+        """sample() as device tensors on every device, capturable: beta is a 0-dim device tensor (one
+        graph serves an annealed beta); a memory without positive priorities raises a device flag."""
+        batch_size = positive(batch_size, "batch_size")
+        if self._layout is None:
+            raise ReplayError("cannot draw from an empty memory")
+        self._flags[NO_MASS] |= ~(self._block_sum.sum() > 0)
+        indices, scaled = self._draw(batch_size)
+        weights = (scaled / self._block_min.min()).pow(-beta.to(torch.float64)).to(torch.float32)
+        return Sample(indices, {name: column.index_select(0, indices) for name, column in self._columns.items()},
+                      weights)
+
+    def set_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """update_priorities() of device tensors, capturable: refusals become device flags (see check_flags)."""
+        indices, values = indices.reshape(-1), priorities.reshape(-1).to(torch.float64)
+        if len(values) != len(indices):
+            raise ReplayError(f"set_priorities: got {len(indices)} indices but {len(values)} priorities")
+        in_range = (indices >= 0) & (indices < self._size_on_device)
+        valid = torch.isfinite(values) & (values >= 0)
+        raised = torch.stack((~in_range.all(), ~valid.all(), self._flags[NO_MASS], (values == 0).any()))
+        self._flags.logical_or_(raised)
+        self._set_priorities(indices.clamp(0, self.capacity - 1), torch.where(valid & in_range, values, 0.0))
+
+    def check_flags(self) -> None:
+        """Read the captured calls' flags in one sync; a raised flag is a ReplayError, as the call
+        would have raised at once outside a capture."""
+        raised = self._flags.tolist()
+        self._zeros_written |= raised[ZERO_WRITTEN]
+        errors = [FLAGS[i] for i, flag in enumerate(raised) if flag and i != ZERO_WRITTEN]
+        if errors:
+            self._flags[:ZERO_WRITTEN] = False
+            raise ReplayError(f"captured replay calls were refused: {'; '.join(errors)}")
+
+    def count_captured(self, *, added: int = 0, samples: int = 0, sampled_items: int = 0, updates: int = 0,
+                       updated_items: int = 0) -> None:
+        """Tell the host-side counts (len, stats) what launched captured calls did on the device."""
+        self._cursor = (self._cursor + added) % self.capacity
+        self._size = min(self._size + added, self.capacity)
+        for key, n in (("adds", added), ("samples", samples), ("sampled_items", sampled_items), ("updates", updates),
+                       ("updated_items", updated_items)):
+            self._counts[key] += n
+
     # -- priorities ----------------------------------------------------------------------------------
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set new priorities; an index repeated in one call takes the last priority given for it."""
@@ -195,21 +282,23 @@ class GpuPrioritizedReplay:
             torch.maximum(self._max_priority, priorities.max(), out=self._max_priority)
         self._set_leaves(indices, priorities.pow(self.alpha))
 
-    def _set_leaves(self, indices: torch.Tensor, scaled: torch.Tensor) -> None:
+    def _set_leaves(self, indices: torch.Tensor, scaled: torch.Tensor, distinct: bool = False) -> None:
         if not len(indices):
             return
-        # Scatter with repeated indices has no defined winner on CUDA: give every copy of an index the
-        # value of its last occurrence, found by a stable sort, so all writes agree.
-        order = torch.sort(indices, stable=True).indices
-        sorted_indices = indices[order]
-        last = torch.searchsorted(sorted_indices, sorted_indices, right=True) - 1
-        self._leaves[sorted_indices] = scaled[order][last]
+        if distinct:  # a write's positions: no index repeats
+            self._leaves.index_copy_(0, indices, scaled)
+        else:
+            # Scatter with repeated indices has no defined winner on CUDA: every copy of an index takes
+            # the value of its last occurrence (the largest position writing it), so all writes agree.
+            positions = torch.arange(len(indices), device=self.device)
+            self._last_writer.scatter_reduce_(0, indices, positions, reduce="amax", include_self=False)
+            self._leaves[indices] = scaled[self._last_writer[indices]]
         if len(indices) >= self.n_blocks:  # a big add touches most blocks: recomputing all is cheaper
             rows = self._leaves.view(self.n_blocks, self.block)
             self._block_sum.copy_(rows.sum(1))
             self._block_min.copy_(torch.where(rows > 0, rows, torch.inf).amin(1))
             return
-        blocks = sorted_indices // self.block
+        blocks = indices // self.block
         rows = self._leaves.view(self.n_blocks, self.block)[blocks]
         self._block_sum[blocks] = rows.sum(1)
         self._block_min[blocks] = torch.where(rows > 0, rows, torch.inf).amin(1)

@@ -75,11 +75,14 @@ def test_a_cuda_device_without_cuda_gives_the_probe_reason():
     assert resolve_device("cpu") == torch.device("cpu")
 
 
-def test_gpu_device_option_belongs_to_compute_gpu():
+def test_gpu_options_belong_to_compute_gpu():
     options = get_registry().options_for("compute", "gpu")
-    assert [(o.flag, o.param) for o in options] == [("--gpu-device", "device")]
+    assert [(o.flag, o.param) for o in options] == [("--gpu-device", "device"), ("--gpu-capture", "capture")]
+    assert options[1].choices == ("graph", "compile", "eager")
     with pytest.raises(RlbenchError, match="--gpu-device applies to compute gpu"):
         refused_before_it_starts(options={"compute": {"device": 1}})
+    with pytest.raises(RlbenchError, match="--gpu-capture applies to compute gpu"):
+        refused_before_it_starts(options={"compute": {"capture": "eager"}})
 
 
 def test_components_built_on_the_cpu_device_report_the_declared_capabilities_with_their_device():
