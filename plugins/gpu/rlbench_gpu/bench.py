@@ -7,6 +7,8 @@
   replay gpu beside the core's `prioritized` on the host, at capacity 1,000,000 by default.
 - `rlbench gpu dqn`: DQN end to end through `rlbench.run`, gpu env + gpu replay + gpu compute beside
   gymnasium env + prioritized + cpu compute, same hyperparameters and budget.
+- `rlbench gpu bench`: issue #22's target figures in one run, each beside its CPU peer and
+  plain-torch references, eager and captured (suite.py says what each row measures).
 
 `bench env` and `gpu replay` take --device: "cuda" when torch sees a GPU, else "cpu", which runs the
 gpu plugin's code on the host and labels every figure so (useful for CI, not a GPU figure). `gpu dqn`
@@ -26,6 +28,7 @@ from typing import Any, Callable
 import click
 
 ROUNDS = 5
+_FIGURES = ("dqn_updates", "replay_cycles", "env_steps", "dqn_e2e", "ddpg_e2e")  # suite.TARGETS' keys (no torch here)
 GPU_SIDE = "gpu env + gpu replay + gpu compute"
 CPU_SIDE = "gymnasium env + prioritized + cpu compute"
 
@@ -295,3 +298,63 @@ def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str, as_
         click.echo(f"{name:<44} {row['env_steps_per_s']:>12,.0f} env steps/s ({row['rate']})  "
                    f"{row['updates_per_s']:>9,.0f} updates/s  {row['wall_s']:.1f} s")
     click.echo(f"gpu / cpu env steps/s: x{report['ratio']:.2f}")
+
+
+@gpu.command("bench")
+@click.option("--seconds", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Measuring time per subject (split over 5 rounds; the median round is reported).")
+@click.option("--num-envs", type=click.IntRange(min=1), default=4096, show_default=True, help="Envs of the env figure.")
+@click.option("--capacity", type=click.IntRange(min=1000), default=1_000_000, show_default=True,
+              help="Items in the memories of the replay figure.")
+@click.option("--dqn-capacity", type=click.IntRange(min=1000), default=200_000, show_default=True,
+              help="Items in the memories of the DQN update figure.")
+@click.option("--e2e-steps", type=click.IntRange(min=1), default=3000, show_default=True,
+              help="Env steps per side of the end-to-end runs (--full: the algorithms' own budgets).")
+@click.option("--e2e-num-envs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--full", is_flag=True,
+              help="End-to-end runs at the algorithms' own budgets, with 10 greedy evaluation episodes each.")
+@click.option("--figure", "figures", multiple=True, type=click.Choice(list(_FIGURES)),
+              help="Only these figures [default: all].")
+@click.option("--capture", type=click.Choice(["graph", "compile", "eager"]), default="graph", show_default=True,
+              help="How rlbench's captured subjects launch (the compute option --gpu-capture).")
+@_device_option
+@click.option("--json", "as_json", is_flag=True)
+def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: int, e2e_steps: int, e2e_num_envs: int,
+                  full: bool, figures: tuple[str, ...], capture: str, device: str | None, as_json: bool) -> None:
+    """Issue #22's figures: each beside its CPU peer and plain-torch references, in one run."""
+    resolved, pinned, label = _setup(device)
+    from rlbench_gpu.suite import run_suite
+
+    report = {"threads": pinned, **run_suite(resolved, seconds=seconds, capture=capture, label=label,
+                                             num_envs=num_envs, capacity=capacity, dqn_capacity=dqn_capacity,
+                                             e2e_steps=None if full else e2e_steps, e2e_num_envs=e2e_num_envs,
+                                             eval_episodes=10 if full else 0, figures=figures or tuple(_FIGURES))}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    import torch
+
+    click.echo("# rlbench gpu bench: each figure beside its CPU peer and plain-torch references, measured in this run")
+    click.echo(f"# device: {label}")
+    click.echo(f"# torch {torch.__version__}; threads: {pinned}; rlbench launches: K={report['updates_per_launch']} "
+               f"updates, S={report['env_steps_per_launch']} env steps, capture {capture}; median of "
+               f"{report['rounds']} rounds of {seconds / report['rounds']:.2f} s")
+    click.echo(f"# energy: {report['energy']}")
+    click.echo("# x peer: rate / the CPU peer's rate; ops: computing aten ops per unit (~ kernel launches on CUDA); "
+               "start: warm-up + capture s")
+    for figure in report["figures"]:
+        click.echo("")
+        click.echo(f"{figure['title']}  (this run: {figure['conditions']})")
+        click.echo(f"  target on an H100: {figure['target']:,.0f}; {figure['judged']}")
+        for row in figure["rows"]:
+            rate = f"{row['rate']:>15,.0f} {row['unit']:<11}" if row["rate"] is not None else f"{'-':>15} {'':<11}"
+            ratio = row["extra"].get("x_peer")
+            energy = (f"{row['joules_per_million']:,.1f} J/1M" if row["joules_per_million"] is not None else
+                      (f"energy: {row['energy_note']}" if row["energy_note"] else ""))
+            details = [f"x{ratio:.2f} peer" if ratio is not None else "",
+                       f"{row['ops_per_unit']} ops" if row["ops_per_unit"] is not None else "",
+                       f"start {row['startup_s']:.2f} s" if row["startup_s"] is not None else "",
+                       ", ".join(f"{k} {v}" for k, v in row["extra"].items() if k not in ("x_peer",)
+                                 and v is not None), energy]
+            click.echo(f"  {row['subject']}")
+            click.echo(f"      {row['where']:<7} {rate} {'; '.join(d for d in details if d)}  [{row['label']}]")

@@ -2,6 +2,7 @@
 print their peers; `gpu dqn` runs the registered components through rlbench.run, so CUDA only."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -44,3 +45,44 @@ def test_gpu_dqn_benchmark_runs_both_sides_through_rlbench_run():
 def test_gpu_dqn_without_cuda_is_refused_in_one_line(device, reason):
     out = rlbench_command("gpu", "dqn", "--device", device, "--steps", "64", expect=2)
     assert reason in out and len(out.strip().splitlines()) == 1
+
+
+def test_gpu_bench_prints_every_target_figure_beside_its_peers_labelled_on_the_cpu_device():
+    out = rlbench_command("gpu", "bench", "--device", "cpu", "--seconds", "0.05", "--num-envs", "64", "--capacity",
+                          "5000", "--dqn-capacity", "5000", "--e2e-steps", "1100")
+    assert "NOT a GPU figure" in out and "energy: no NVML reading on the CPU device" in out
+    for title in ("DQN updates/s", "replay sample(256) + update cycles/s", "gpu/CartPole-v1 env steps/s",
+                  "DQN CartPole end to end", "DDPG Pendulum end to end"):
+        assert title in out
+    assert out.count("target on an H100") == 5 and out.count("not judged: the targets are an H100's") == 5
+    assert out.count("CPU peer:") == 5 and out.count("x1.00 peer") == 5
+    assert out.count("reference: plain torch") == 6 and out.count("[not run: CUDA graphs need CUDA]") == 3
+    assert out.count("rlbench.run builds the registered gpu components, which need CUDA") == 2
+    assert len(re.findall(r"x[0-9.]+ peer; [1-9][0-9]* ops", out)) >= 6  # rlbench's and the references' ops per unit
+    for line in (line for line in out.splitlines() if line.startswith("      ")):
+        assert line.rstrip().endswith("]"), line  # every row says how it was measured, or why not
+
+
+def test_targets_are_judged_only_on_cuda_and_against_the_best_rlbench_row():
+    from types import SimpleNamespace
+
+    from rlbench_gpu.suite import Figure, Row, judge
+
+    def figure(key, target, ours, peer, **extra):
+        return Figure(key, "t", target, rows=[Row("rlbench: a", "cuda:0", ours, extra=dict(extra)),
+                                              Row("rlbench: b", "cuda:0", ours / 2),
+                                              Row("CPU peer: c", "host", peer)], peer="CPU peer")
+
+    on_cuda, on_cpu = SimpleNamespace(on_cuda=True), SimpleNamespace(on_cuda=False)
+    rate = figure("dqn_updates", 25_000, 30_000, 400)
+    judge(rate, on_cuda)
+    assert rate.judged.startswith("met: 30,000.0") and rate.rows[0].extra["x_peer"] == 75
+    short = figure("dqn_updates", 25_000, 5_000, 400)
+    judge(short, on_cuda)
+    assert short.judged.startswith("NOT met: 5,000.0") and "x5.0 short" in short.judged
+    e2e = figure("dqn_e2e", 20, 9_000, 500, greedy_return=480.0, wall_s=70.0)
+    judge(e2e, on_cuda)
+    assert e2e.judged.startswith("NOT met: 18.0 against 20") and "greedy return 480.0 in 70.0 s: NOT met" in e2e.judged
+    cpu = figure("dqn_updates", 25_000, 30_000, 400)
+    judge(cpu, on_cpu)
+    assert cpu.judged.startswith("not judged") and cpu.rows[0].extra["x_peer"] == 75
