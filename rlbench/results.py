@@ -177,13 +177,7 @@ def _render(result: dict[str, Any]) -> list[str]:
     placement = field(result, "config.placement", str) or "?"
     lines.append(f"  {cfg.get('algo')} on {cfg.get('env')}  replay={cfg.get('replay') or '-'}  compute={cfg.get('compute')}  "
                  f"placement={placement}  transport={cfg.get('transport') if placement != 'local' else '-'}  "
-                 f"policy={cfg.get('policy', 'single-learner')}  learners={cfg.get('learners', 1)}  "
                  f"actors={cfg.get('actors')}  seed={cfg.get('seed')}")
-    group = field(result, "loop.learner_group", dict)
-    if group:
-        lines.append(f"  learner group: {group['learners']} learners ({group['backend']}), parameters "
-                     f"{'identical' if group['parameters_identical'] else 'DIVERGED'} over {group['checked_updates']:,} "
-                     f"checked updates (largest relative spread {group['max_parameter_spread']:.1e})")
     study = field(result, "study", dict)
     if study:
         lines.append(f"  study {study.get('name')!r}, cell {study.get('cell')}")
@@ -277,12 +271,6 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
         if any(not isinstance(r, (int, float)) or isinstance(r, bool) for r in returns):
             raise RlbenchError("field 'learning_curve' should hold objects with a numeric 'return'")
         lines.append(f"  training episodes {len(curve)}; mean return of the last {len(tail)}: {sum(returns) / len(tail):.2f}")
-    acc = result["accounting"]
-    dropped = field(result, "accounting.dropped", int)
-    lines.append(f"  transitions produced {_fmt(field(result, 'accounting.produced', int))} = stored "
-                 f"{_fmt(field(result, 'accounting.stored', int))} + dropped {_fmt(dropped)}"
-                 + (f" {acc.get('dropped_by_cause')}" if dropped else ""))
-    memory = field(result, "replay_stats", dict)
         steps, values = _curve_points(curve, "learning_curve")
         window = min(10, len(values))
         smoothed = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
@@ -298,6 +286,12 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
                          f"{_fmt(periodic.get('every'))} env steps): " + _sparkline(steps, values))
             lines.append("    env steps " + " ".join(f"{s:>8,}" for s in steps))
             lines.append("    return    " + " ".join(f"{v:>8.1f}" for v in values))
+    acc = result["accounting"]
+    dropped = field(result, "accounting.dropped", int)
+    lines.append(f"  transitions produced {_fmt(field(result, 'accounting.produced', int))} = stored "
+                 f"{_fmt(field(result, 'accounting.stored', int))} + dropped {_fmt(dropped)}"
+                 + (f" {acc.get('dropped_by_cause')}" if dropped else ""))
+    memory = field(result, "replay_stats", dict)
     if memory:
         line = f"  replay memory: {_fmt(memory.get('size'))} of {_fmt(memory.get('capacity'))} stored, " \
                f"{_fmt(memory.get('overwritten'))} overwritten"
@@ -307,12 +301,6 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _device_text(device: dict[str, Any]) -> str:
-    name = device.get("device") or device.get("name") or "?"
-    text = f"{name}"
-    extra = [str(device[k]) for k in ("platform", "type") if device.get(k)]
-    if extra:
-        text += f" ({', '.join(extra)})"
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
 
@@ -347,6 +335,12 @@ def _sparkline(steps: list[int], values: list[float]) -> str:
     return f"{marks}  {values[0]:,.1f} -> {values[-1]:,.1f} (min {low:,.1f}, max {high:,.1f}; steps {first:,}..{last:,})"
 
 
+def _device_text(device: dict[str, Any]) -> str:
+    name = device.get("device") or device.get("name") or "?"
+    text = f"{name}"
+    extra = [str(device[k]) for k in ("platform", "type") if device.get(k)]
+    if extra:
+        text += f" ({', '.join(extra)})"
     if device.get("emulation"):
         text += f" [emulated: {device.get('emulation_kind') or 'emulation'}]"
     return text
