@@ -317,12 +317,12 @@ def bench() -> None:
 COMMANDS = (("rlbench.report.cli", "sweep_command"), ("rlbench.report.cli", "report_command"),
             ("rlbench.report.cli", "compare_command"), ("rlbench.report.cli", "dashboard_command"),
             ("rlbench.plan.cli", "profile_command"), ("rlbench.plan.cli", "plan_command"),
-            ("rlbench.ray_cli", "ray_group"))
+            ("rlbench.cluster.cli", "ray_group"))
 BENCH_COMMANDS = (("rlbench.bench.transport", "command"), ("rlbench.bench.replay", "command"),
                   ("rlbench.bench.compute", "command"), ("rlbench.bench.compute", "dqn_command"),
                   ("rlbench.bench.algo", "ddpg_command"),
                   ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
-                  ("rlbench.bench.matrix", "command"), ("rlbench.ray_cli", "launchers_command"),
+                  ("rlbench.bench.matrix", "command"), ("rlbench.cluster.cli", "launchers_command"),
                   ("rlbench.bench.access", "command"), ("rlbench.bench.attacks", "command"),
                   ("rlbench.bench.policies", "command"))
 

@@ -211,7 +211,7 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
 
 
 def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
-    from rlbench.runtime.distributed.launcher import run_distributed
+    from rlbench.runtime.distributed.driver import run_distributed
 
     outcome = run_distributed(config, plan, hp, budget)
     actor = None

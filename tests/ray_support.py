@@ -1,6 +1,6 @@
 """Ray clusters for the tests, always taken down: `local_cluster`, three Ray nodes as processes of
 this machine (ray.cluster_utils.Cluster) told apart by a custom resource each (rlb_a, rlb_b, rlb_c).
-The cluster of real hosts (network namespaces) is rlbench.ray_netns."""
+The cluster of real hosts (network namespaces) is rlbench.cluster.netns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from typing import Iterator
 
 from rlbench.builtin.transports.ray_actors import SMALL_OBJECT_STORE_BYTES
-from rlbench.ray_netns import FAST_HEALTH_CHECKS, NODE_CPUS, RAY_ENV
+from rlbench.cluster.netns import FAST_HEALTH_CHECKS, NODE_CPUS, RAY_ENV
 
 
 def ray_unavailable() -> str | None:

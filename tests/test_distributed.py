@@ -174,7 +174,7 @@ def test_a_dead_learner_or_replay_node_stops_the_run_cleanly(role):
 
 
 def test_a_replay_node_lost_after_the_run_is_a_stop_reason_not_a_crash(monkeypatch):
-    from rlbench.runtime.distributed import launcher
+    from rlbench.runtime import launchers as launcher
 
     monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "replay", "support:replay_node_dying_at_the_end")
     result = run(short_config(placement="server", transport="tcp", actors=1))
@@ -234,7 +234,7 @@ def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
     # Three roles share the launcher's result pipe (64 KB); each report is 1 MB, so a role can only
     # exit while the launcher reads. Waiting must read (joining without reading never ends, and
     # terminating a role mid-write leaves half a message that hangs the next read).
-    from rlbench.runtime.distributed.launcher import LocalLauncher
+    from rlbench.runtime.launchers.local import LocalLauncher
     from rlbench.runtime.distributed.roles import RoleSpec
 
     launcher = LocalLauncher(functions={"actor": "support:big_report_role", "learner": "support:big_report_role"})

@@ -399,7 +399,7 @@ def test_a_killed_replay_node_leaves_accounting_of_what_was_produced():
 
 
 def test_a_replay_node_lost_before_the_first_weights_is_reported_as_lost_by_the_actors(monkeypatch):
-    from rlbench.runtime.distributed import launcher
+    from rlbench.runtime import launchers as launcher
 
     monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "learner", "support:silent_learner_role")
     killed: list = []
@@ -414,7 +414,7 @@ def test_a_replay_node_lost_before_the_first_weights_is_reported_as_lost_by_the_
 
 
 def test_a_stop_reason_is_one_line_even_when_a_role_exits_cleanly_with_a_large_report(monkeypatch):
-    from rlbench.runtime.distributed import launcher
+    from rlbench.runtime import launchers as launcher
 
     monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "learner", "support:big_report_role")
     result = run(short(actors=1, steps=4000))

@@ -138,7 +138,8 @@ def test_impossible_placements_are_refused_before_anything_starts(cluster):
     import ray
 
     from rlbench.plugins import get_registry
-    from rlbench.runtime.distributed.ray_launcher import alive_nodes, plan_placement
+    from rlbench.cluster.ray import alive_nodes
+    from rlbench.runtime.launchers.ray import plan_placement
     from rlbench.validate import validate
 
     with pytest.raises(InvalidCombinationError, match=r"has 2 CPUs, but the roles placed there need 3 \(actor-0, "
@@ -156,7 +157,7 @@ def test_impossible_placements_are_refused_before_anything_starts(cluster):
 
 def test_a_transport_that_stays_on_one_host_is_refused_across_hosts():
     from rlbench.plugins import get_registry
-    from rlbench.runtime.distributed.launcher import listen_address
+    from rlbench.runtime.launchers import listen_address
     from rlbench.validate import check_hosts, validate
 
     registry = get_registry()
@@ -178,9 +179,9 @@ def test_a_transport_that_stays_on_one_host_is_refused_across_hosts():
 def test_a_client_without_the_secret_is_refused_and_counted_and_the_secret_is_never_written(cluster, monkeypatch):
     import ray
 
-    from rlbench.runtime.distributed import launcher
+    from rlbench.runtime.distributed import driver
 
-    monkeypatch.setattr(launcher.secrets, "token_bytes", lambda n: (MARKER + b"!")[:n])
+    monkeypatch.setattr(driver.secrets, "token_bytes", lambda n: (MARKER + b"!")[:n])
     outcome: dict = {}
     runner = threading.Thread(target=lambda: outcome.update(result=run(ray_config(cluster, steps=4000, actors=1))))
     runner.start()
@@ -244,7 +245,7 @@ def test_a_run_over_the_ray_transport_carries_every_transition(cluster):
 def test_ray_nodes_lists_each_node_its_resources_and_components(cluster):
     from click.testing import CliRunner
 
-    from rlbench.ray_cli import ray_group
+    from rlbench.cluster.cli import ray_group
 
     done = CliRunner().invoke(ray_group, ["nodes", "--ray-address", cluster.address, "--json"])
     assert done.exit_code == 0, done.output

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from rlbench.ray_netns import VENV_BIN, namespace_cluster, namespaces_unavailable
+from rlbench.cluster.netns import VENV_BIN, namespace_cluster, namespaces_unavailable
 
 pytestmark = pytest.mark.skipif(namespaces_unavailable() is not None, reason=str(namespaces_unavailable()))
 

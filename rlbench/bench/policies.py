@@ -78,7 +78,7 @@ def run_netns(learner_counts: tuple[int, ...], steps: int, batch_size: int, acto
     learner i on node i+1 (each node pinned to a core of its own where there is one to spare)."""
     import os
 
-    from rlbench.ray_netns import namespace_cluster
+    from rlbench.cluster.netns import namespace_cluster
 
     most = max(learner_counts)
     cores = os.cpu_count() or 1
@@ -147,7 +147,7 @@ def command(learner_counts: tuple[int, ...], steps: int, batch_size: int, transp
     with watch(busy_processes=2 + actors + max(learner_counts)) as machine:
         rows = run_local(learner_counts, steps, batch_size, transport, actors, seed, target)
         if netns:
-            from rlbench.ray_netns import namespaces_unavailable
+            from rlbench.cluster.netns import namespaces_unavailable
 
             reason = namespaces_unavailable()
             if reason:

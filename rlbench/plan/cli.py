@@ -134,14 +134,14 @@ def _profile_cluster(address: str, node_names: tuple[str, ...], jobs: list[Any],
                      path: str, as_json: bool) -> None:
     """`rlbench profile --ray-address`: every host measured on itself, merged into the profile at `path`."""
     from rlbench.errors import RlbenchError
-    from rlbench.plan import on_ray
-    from rlbench.runtime.distributed.ray_launcher import connect, import_ray
+    from rlbench.cluster import profile as cluster_profile
+    from rlbench.cluster.ray import connect, import_ray
 
     t0 = time.perf_counter()
     ray = import_ray()
     connected = connect(ray, address, 1)
     try:
-        measured, failed = on_ray.profile_cluster(
+        measured, failed = cluster_profile.profile_cluster(
             ray, jobs, settings, node_names=node_names,
             progress=lambda line: _echo_err(f"[{time.perf_counter() - t0:5.1f} s] {line}"))
     finally:

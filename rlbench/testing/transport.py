@@ -21,7 +21,7 @@ Besides moving messages, it checks the rules every transport keeps:
   a peer that reads late gets what was queued for it, whole and in order, while the listener is
   driven (its later recv calls);
 - it listens where a run's server role would under `--bind HOST` or a cluster launcher (Ray): at
-  what `rlbench.runtime.distributed.launcher.listen_address` gives for 127.0.0.1 (its own
+  what `rlbench.runtime.launchers.listen_address` gives for 127.0.0.1 (its own
   `listen_address(host)`, else NAME://127.0.0.1:0 for a transport that crosses hosts), and a peer
   reaches that listener at the address it then reports.
 
@@ -513,7 +513,7 @@ def _registered_name(transport_or_factory: Any) -> str | None:
 def _check_listen_address(transport: Any, name: str, timeout: float) -> None:
     """Listen where a run's server role listens under `--bind 127.0.0.1` or a cluster launcher (the
     launcher's own rule, `listen_address`), and reach that listener at the address it reports."""
-    from rlbench.runtime.distributed.launcher import listen_address
+    from rlbench.runtime.launchers import listen_address
 
     given = f"what --bind {BIND_HOST} and --launcher ray hand it"
     try:

@@ -1,237 +1,38 @@
-"""Start the roles of a distributed run, watch them, stop them, and merge what they measured.
+"""The driver of a distributed run: start its roles in order through a launcher, watch them, stop
+them in order, and merge what they measured into the run's figures and accounting.
 
-`LocalLauncher` runs each role as a spawned process on this machine. A launcher only needs
-`start(function, spec)` and handles that report liveness and a result; a cluster-engine launcher
-(Ray) implements the same two things. Roles never share objects with the launcher: they get a
-RoleSpec of plain data and find each other through the replay node's address.
+Roles: the replay node first (it announces its address), then the learners the run's distribution
+policy asks for (learner 0 announces its group's rendezvous when there are several), then the
+actors. The launcher (rlbench.runtime.launchers) only starts, watches and stops processes.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import multiprocessing
-import platform
-import queue
 import secrets
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any
 
 import numpy as np
 
 from rlbench.metrics import Histogram, Recorder
 from rlbench.registry import load_object
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
-from rlbench.runtime.distributed import messages, roles
+from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel
 from rlbench.runtime.distributed.messages import Op
 from rlbench.runtime.distributed.roles import NODE_LOST, REQUEST_TIMEOUT_S, RoleSpec
+from rlbench.runtime.launchers import (
+    GRACE_S,
+    POLL_S,
+    Launcher,
+    RoleFailedError,
+    RoleHandle,
+    listen_address,
+    one_line,
+)
 from rlbench.runtime.policies import policy_of
-
-ROLE_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "replay": roles.replay_node_main,
-    "learner": roles.learner_main,
-    "actor": roles.actor_main,
-}
-POLL_S = 0.25
-GRACE_S = 10.0  # after the run ended, how long roles get to flush, report and leave before they are killed
-START_TIMEOUT_S = 120.0
-ROLE_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher stops roles, in order
-
-
-def role_process_name(role: str, index: int) -> str:
-    """The name a role process shows in /proc/PID/comm, ps and top (15 characters at most)."""
-    return f"rlb-{roles.role_name(role, index)}"
-
-
-def _linux_process_setup(name: str) -> None:
-    """Name the process for ps/top, and have the kernel kill it if the launcher dies, so no role
-    is ever orphaned (PR_SET_PDEATHSIG; SIGKILL, since roles leave the polite signals to the launcher)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def run_role(function: Callable[..., Any] | str, spec: RoleSpec, announce: Callable[[str], None]) -> Any:
-    """What every launcher does in a role's process: signals left to the launcher (a scheduler's
-    SIGTERM to the process group, or Ctrl-C, reaches the launcher, which stops roles in order), the
-    process named, then the role. A cluster engine may run the role off the main thread (a Ray
-    actor's); its processes are not in the launcher's process group, so they keep their handlers."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in ROLE_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
-    _linux_process_setup(role_process_name(spec.role, spec.index))
-    target = load_object(function) if isinstance(function, str) else function
-    return target(spec, announce=announce)
-
-
-def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any, announcements: Any) -> None:
-    try:
-        report = run_role(function, spec, announcements.put)
-    except BaseException as exc:
-        results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
-        raise SystemExit(1) from None
-    results.put((spec.role, spec.index, "ok", report))
-
-
-def called(handle: RoleHandle) -> str:
-    """A role as a sentence names it: the replay node, learner-1."""
-    return "the replay node" if handle.role == "replay" else handle.name
-
-
-def listen_address(transport: Any, name: str, host: str) -> str | None:
-    """Where a server role listens so that peers reach it at `host` (an IP or host name, `--bind` or
-    its node's routable address). The rule for every transport: its own `listen_address(host)` when it
-    defines one (returning None for "my default listener": e.g. dpdk's wire ports, placed by the
-    --dpdk-port interface; raising AddressError when, as configured, it cannot be reached from another
-    host); otherwise NAME://HOST:0 (any free port) for a transport that crosses hosts, whose addresses
-    are HOST:PORT; otherwise None: a one-host transport listens where it always does."""
-    own = getattr(transport, "listen_address", None)
-    if own is not None:
-        return own(host)
-    if not transport.capabilities.crosses_hosts:
-        return None
-    return f"{name}://{f'[{host}]' if ':' in host else host}:0"
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """A reason for a human: one line, bounded."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."
-
-
-class RoleFailedError(RuntimeError):
-    """A started role failed before the run could go on: the run stops (exit 1, its result says
-    why). Not an RlbenchError: those are refusals before anything starts (exit 2)."""
-
-
-@dataclass
-class RoleHandle:
-    role: str
-    index: int
-    process: Any
-
-    @property
-    def name(self) -> str:
-        return roles.role_name(self.role, self.index)
-
-    def alive(self) -> bool:
-        return self.process.is_alive()
-
-    def join(self, timeout: float) -> None:
-        self.process.join(timeout=timeout)
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.process.exitcode
-
-
-class Launcher(Protocol):
-    """What a distributed run needs from whatever starts its roles. `LocalLauncher` spawns local
-    processes; a cluster-engine launcher (Ray actors) implements the same calls."""
-
-    handles: list[RoleHandle]  # every role started, for liveness and joins
-
-    def start(self, spec: RoleSpec) -> RoleHandle: ...
-
-    def wait_address(self, node: RoleHandle) -> str: ...
-
-    def collect(self) -> dict[str, tuple[str, Any]]: ...
-
-    def wait(self, handles: list[RoleHandle], timeout: float) -> None: ...
-
-    def failure_of(self, handle: RoleHandle) -> str: ...
-
-    def stop_all(self, grace: float = GRACE_S) -> None: ...
-
-    def close(self) -> None: ...
-
-    def describe(self) -> dict[str, Any]:
-        """For the result: the launcher, and where each role ran ({"roles": {name: {"host": ...}}})."""
-        ...
-
-
-class LocalLauncher:
-    """Each role a spawned process on this machine."""
-
-    def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
-        self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
-        self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
-        self.results = self.context.Queue()
-        self.announcements = self.context.Queue()
-        self.handles: list[RoleHandle] = []
-        self.outcomes: dict[str, tuple[str, Any]] = {}
-
-    def start(self, spec: RoleSpec) -> RoleHandle:
-        process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
-                                       args=(self.functions[spec.role], spec, self.results, self.announcements))
-        process.start()
-        handle = RoleHandle(spec.role, spec.index, process)
-        self.handles.append(handle)
-        return handle
-
-    def wait_address(self, node: RoleHandle) -> str:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                return self.announcements.get(timeout=POLL_S)
-            except queue.Empty:
-                if not node.alive():
-                    raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
-        raise RoleFailedError(f"{called(node)} did not start listening within 2 minutes")
-
-    def _drain(self, timeout: float) -> None:
-        """Read finished roles' outcomes. Roles block on a large report until it is read, so the
-        launcher reads while it waits for them (joining without reading deadlocks, and terminating a
-        role mid-write would leave half a message in the pipe)."""
-        try:
-            role, index, status, payload = self.results.get(timeout=timeout)
-        except queue.Empty:
-            return
-        self.outcomes[roles.role_name(role, index)] = (status, payload)
-
-    def collect(self) -> dict[str, tuple[str, Any]]:
-        self._drain(timeout=0.05)
-        while not self.results.empty():
-            self._drain(timeout=0.05)
-        return dict(self.outcomes)
-
-    def wait(self, handles: list[RoleHandle], timeout: float) -> None:
-        """Until these roles have exited or the timeout passes, reading outcomes meanwhile."""
-        deadline = time.monotonic() + timeout
-        while any(h.alive() for h in handles) and time.monotonic() < deadline:
-            self._drain(timeout=0.05)
-
-    def failure_of(self, handle: RoleHandle) -> str:
-        """One line: the role's error, or how its process ended."""
-        status, payload = self.collect().get(handle.name, ("", None))
-        if status == "error":
-            return one_line(payload)
-        return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles}}
-
-    def close(self) -> None:
-        """Release the queues' pipes and semaphores (after `collect`)."""
-        for channel in (self.results, self.announcements):
-            channel.close()
-            channel.join_thread()
-
-    def stop_all(self, grace: float = GRACE_S) -> None:
-        """Roles still running after `grace` are killed (they ignore the polite signals: stopping
-        them in order is the launcher's job, done before this)."""
-        self.wait(self.handles, grace)
-        for handle in self.handles:
-            if handle.alive():
-                handle.process.kill()
-                handle.process.join(timeout=5)
 
 
 @dataclass
@@ -365,18 +166,6 @@ def run_layout(config: Any, plan: Any) -> messages.Layout:
         env.close()
 
 
-# Launchers other than local, as lazy references (a cluster engine is imported only when chosen):
-# each is called with (config, plan, transport) and runs its pre-flight before returning.
-CLUSTER_LAUNCHERS = {"ray": "rlbench.runtime.distributed.ray_launcher:RayLauncher.prepare"}
-
-
-def make_launcher(config: Any, plan: Any, transport: Any) -> Launcher:
-    """The launcher `config.launcher` names."""
-    if config.launcher == "local":
-        return LocalLauncher()
-    return load_object(CLUSTER_LAUNCHERS[config.launcher])(config, plan, transport)
-
-
 def _record_where(outcome: DistributedOutcome, where: dict[str, Any]) -> None:
     """Each role's host (and node, on a cluster) in its role entry; the launcher's own facts beside."""
     for name, place in where.get("roles", {}).items():
@@ -456,3 +245,17 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
     stats.extra["links"] = {name: r.get("link") for name, r in reports.items()}
     return DistributedOutcome(stats, recorder, accounting, curve, final_weights, weights_version, failures,
                               stop_reason, roles)
+
+
+# Launchers other than local, as lazy references (a cluster engine is imported only when chosen):
+# each is called with (config, plan, transport) and runs its pre-flight before returning.
+CLUSTER_LAUNCHERS = {"ray": "rlbench.runtime.launchers.ray:RayLauncher.prepare"}
+
+
+def make_launcher(config: Any, plan: Any, transport: Any) -> Launcher:
+    """The launcher `config.launcher` names."""
+    if config.launcher == "local":
+        from rlbench.runtime.launchers.local import LocalLauncher
+
+        return LocalLauncher()
+    return load_object(CLUSTER_LAUNCHERS[config.launcher])(config, plan, transport)

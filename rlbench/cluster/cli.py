@@ -15,7 +15,7 @@ DEFAULT_BENCH_STEPS = 6000
 
 def _connect(address: str | None) -> Any:
     from rlbench.errors import RlbenchError
-    from rlbench.runtime.distributed.ray_launcher import connect, import_ray
+    from rlbench.cluster.ray import connect, import_ray
 
     try:
         ray = import_ray()
@@ -47,7 +47,7 @@ def cluster_inventory(ray: Any) -> list[dict[str, Any]]:
     """Each alive node: id, IP, resources, labels, and its components as it probes them."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from rlbench.runtime.distributed.ray_launcher import alive_nodes
+    from rlbench.cluster.ray import alive_nodes
 
     nodes = alive_nodes(ray)
     probe = ray.remote(num_cpus=0, max_retries=0)(node_inventory)
@@ -163,7 +163,7 @@ def benchmark_launchers(steps: int, actors: int, transport: str, ray_address: st
 
 
 def benchmark_actor_calls(ray_address: str | None, seconds: float) -> dict[int, float]:
-    from rlbench.runtime.distributed.ray_launcher import connect, import_ray
+    from rlbench.cluster.ray import connect, import_ray
 
     ray = import_ray()
     here = connect(ray, ray_address, 1)
@@ -214,7 +214,7 @@ class AccessNode:
         import ray
 
         from rlbench.plugins import get_registry
-        from rlbench.runtime.distributed.launcher import listen_address
+        from rlbench.runtime.launchers import listen_address
         from rlbench.runtime.distributed.rate_limiter import RateLimiter
         from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
 
@@ -325,13 +325,13 @@ def benchmark_netns(transports: tuple[str, ...], requests: int) -> dict[str, Any
     import sys
 
     from rlbench.plugins import get_registry
-    from rlbench.ray_netns import namespace_cluster
+    from rlbench.cluster.netns import namespace_cluster
 
     registry = get_registry()
     results: dict[str, Any] = {"requests": requests, "batch": ACCESS_BATCH, "transports": {}}
     with namespace_cluster(nodes=2) as cluster:
         env = {**os.environ, **cluster.env, "RAY_USAGE_STATS_ENABLED": "0"}
-        script = ("import json, sys; from rlbench.ray_cli import _netns_driver; "
+        script = ("import json, sys; from rlbench.cluster.cli import _netns_driver; "
                   "print(json.dumps(_netns_driver(sys.argv[1], sys.argv[2:])))")
         for transport in transports:
             probe = registry.get("transport", transport).probe()
@@ -411,7 +411,7 @@ def launchers_command(steps: int, actors: int, transport: str, ray_address: str 
 
     try:
         if netns:
-            from rlbench.ray_netns import namespaces_unavailable
+            from rlbench.cluster.netns import namespaces_unavailable
 
             reason = namespaces_unavailable()
             if reason:

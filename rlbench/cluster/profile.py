@@ -38,7 +38,7 @@ def profile_this_node(jobs: list[Any], settings: dict[str, Any]) -> tuple[str, d
 
 def chosen_nodes(names: tuple[str, ...], nodes: list[Any]) -> list[Any]:
     """The alive nodes `--nodes` names (each an id, IP, host name, resource or label), or all of them."""
-    from rlbench.runtime.distributed.ray_launcher import match_nodes, unknown_node
+    from rlbench.cluster.ray import match_nodes, unknown_node
 
     if not names:
         return nodes
@@ -57,7 +57,7 @@ def profile_cluster(ray: Any, jobs: list[Any], settings: dict[str, Any], *, node
     Each entry also lists the Ray nodes of its host (`ray_nodes`)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as pinned
 
-    from rlbench.runtime.distributed.ray_launcher import alive_nodes
+    from rlbench.cluster.ray import alive_nodes
 
     nodes = chosen_nodes(node_names, alive_nodes(ray))
     probe = ray.remote(num_cpus=0, max_retries=0)(host_of_this_node)

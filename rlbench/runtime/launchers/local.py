@@ -1,0 +1,109 @@
+"""The local launcher: each role of a distributed run a spawned process on this machine."""
+
+from __future__ import annotations
+
+import multiprocessing
+import platform
+import queue
+import time
+from typing import Any, Callable
+
+from rlbench.runtime.distributed import roles
+from rlbench.runtime.distributed.roles import RoleSpec
+from rlbench.runtime.launchers import (
+    GRACE_S,
+    POLL_S,
+    ROLE_FUNCTIONS,
+    START_TIMEOUT_S,
+    RoleFailedError,
+    RoleHandle,
+    called,
+    one_line,
+    run_role,
+)
+
+
+def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any, announcements: Any) -> None:
+    try:
+        report = run_role(function, spec, announcements.put)
+    except BaseException as exc:
+        results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
+        raise SystemExit(1) from None
+    results.put((spec.role, spec.index, "ok", report))
+
+
+class LocalLauncher:
+    """Each role a spawned process on this machine."""
+
+    def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
+        self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
+        self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
+        self.results = self.context.Queue()
+        self.announcements = self.context.Queue()
+        self.handles: list[RoleHandle] = []
+        self.outcomes: dict[str, tuple[str, Any]] = {}
+
+    def start(self, spec: RoleSpec) -> RoleHandle:
+        process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
+                                       args=(self.functions[spec.role], spec, self.results, self.announcements))
+        process.start()
+        handle = RoleHandle(spec.role, spec.index, process)
+        self.handles.append(handle)
+        return handle
+
+    def wait_address(self, node: RoleHandle) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                return self.announcements.get(timeout=POLL_S)
+            except queue.Empty:
+                if not node.alive():
+                    raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
+        raise RoleFailedError(f"{called(node)} did not start listening within 2 minutes")
+
+    def _drain(self, timeout: float) -> None:
+        """Read finished roles' outcomes. Roles block on a large report until it is read, so the
+        launcher reads while it waits for them (joining without reading deadlocks, and terminating a
+        role mid-write would leave half a message in the pipe)."""
+        try:
+            role, index, status, payload = self.results.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self.outcomes[roles.role_name(role, index)] = (status, payload)
+
+    def collect(self) -> dict[str, tuple[str, Any]]:
+        self._drain(timeout=0.05)
+        while not self.results.empty():
+            self._drain(timeout=0.05)
+        return dict(self.outcomes)
+
+    def wait(self, handles: list[RoleHandle], timeout: float) -> None:
+        """Until these roles have exited or the timeout passes, reading outcomes meanwhile."""
+        deadline = time.monotonic() + timeout
+        while any(h.alive() for h in handles) and time.monotonic() < deadline:
+            self._drain(timeout=0.05)
+
+    def failure_of(self, handle: RoleHandle) -> str:
+        """One line: the role's error, or how its process ended."""
+        status, payload = self.collect().get(handle.name, ("", None))
+        if status == "error":
+            return one_line(payload)
+        return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles}}
+
+    def close(self) -> None:
+        """Release the queues' pipes and semaphores (after `collect`)."""
+        for channel in (self.results, self.announcements):
+            channel.close()
+            channel.join_thread()
+
+    def stop_all(self, grace: float = GRACE_S) -> None:
+        """Roles still running after `grace` are killed (they ignore the polite signals: stopping
+        them in order is the launcher's job, done before this)."""
+        self.wait(self.handles, grace)
+        for handle in self.handles:
+            if handle.alive():
+                handle.process.kill()
+                handle.process.join(timeout=5)
