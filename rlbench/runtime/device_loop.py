@@ -3,7 +3,7 @@ handed many steps per launch (the design of PureJaxRL and Isaac Gym, in torch).
 
 Why: on a GPU a small RL step is dozens of tiny kernels, each launched from the host, plus host
 round trips; an H100 ran the local loop's DQN at 0.54x one CPU core and idled ~90 % of the time
-(../../../shared/measurements/gpu-h100-2026-11-25.md). Launching S env steps or K updates as one
+(plugins/gpu/README.md, "What the hardware taught"). Launching S env steps or K updates as one
 captured graph, and never reading a device value on the host inside them, removes both costs.
 
 When: the runner selects it for a replay-loop algorithm at placement `local` when the environment,

@@ -3,7 +3,7 @@ with none of rlbench's machinery, so each rlbench figure stands beside what a us
 
 Each comes eager (every kernel launched from the host) and captured (K calls in one CUDA graph, the
 pattern of torch's CUDA-graph notes: warm up on a side stream, capture, replay), the two rows of
-the H100 measurements (../../shared/measurements/gpu-h100-2026-11-25.md). Captured needs CUDA.
+the H100 measurements (plugins/gpu/README.md, "What the hardware taught"). Captured needs CUDA.
 
 - `ReferenceDQN`: MLP 4-128-128-2, Adam (fused; capturable when captured), proportional PER by
   cumsum + searchsorted over all priorities, importance weights, TD targets from a target network,
