@@ -5,7 +5,9 @@ configuration on instances a test built; with CUDA, tests/test_cuda.py goes thro
 
 `registered_on_the_cpu_device` goes one step further for the runner's own path: it makes the
 registered gpu components build CPU-device instances while still declaring CUDA, as a machine
-with a GPU would see them, so `rlbench.run` selects and runs what it runs on CUDA."""
+with a GPU would see them, so `rlbench.run` selects and runs what it runs on CUDA.
+`on_the_meta_device` builds the plugin's components and the core's learners on torch's meta device
+(tensors with no data: a read of a value or a host tensor meeting a device tensor raises)."""
 
 import pytest
 
@@ -65,3 +67,27 @@ def registered_on_the_cpu_device(monkeypatch):
         monkeypatch.setattr(component, "factory", factory)
         monkeypatch.setattr(component, "_probe", Probe.ok("test: CPU-device instances"))
     return registry
+
+
+@pytest.fixture
+def on_the_meta_device(monkeypatch):
+    """The gpu components resolve every device to meta; torch refuses fused and capturable Adam on
+    meta, so the learners' capturable Adam becomes an SGD step (Adam's own step is audited on the CPU
+    device); device generators become host ones (draws on meta need no state)."""
+    import torch
+
+    import rlbench.algorithms.networks as networks
+    import rlbench_gpu.envs as envs
+    import rlbench_gpu.replay as replay
+
+    meta, real_generator = torch.device("meta"), torch.Generator
+
+    class HostGenerator:  # a class, not a function: torch's own modules annotate with `torch.Generator | None`
+        def __new__(cls, device=None):
+            return real_generator()
+
+    monkeypatch.setattr(envs, "resolve_device", lambda device: meta)
+    monkeypatch.setattr(replay, "resolve_device", lambda device: meta)
+    monkeypatch.setattr(torch, "Generator", HostGenerator)
+    monkeypatch.setattr(networks, "capturable_adam", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    return meta

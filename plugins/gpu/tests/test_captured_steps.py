@@ -129,19 +129,11 @@ def test_a_pendulum_reset_makes_no_host_tensor():
 
 
 @pytest.mark.parametrize("name", ["dqn", "ddpg"])
-def test_the_captured_code_runs_on_a_device_without_host_data(name, monkeypatch):
+def test_the_captured_code_runs_on_a_device_without_host_data(name, on_the_meta_device):
     """On torch's meta device every tensor is on "the device" and none has data: a host tensor that
-    meets a device tensor, a read of a value or a copy to the host raises. Torch refuses fused and
-    capturable Adam on meta, so an SGD step stands in for it (Adam's fused step is audited above)."""
-    import rlbench.algorithms.networks as networks
-    import rlbench_gpu.envs as envs
-    import rlbench_gpu.replay as replay_module
-
-    meta, real_generator = torch.device("meta"), torch.Generator
-    monkeypatch.setattr(envs, "resolve_device", lambda device: meta)
-    monkeypatch.setattr(replay_module, "resolve_device", lambda device: meta)
-    monkeypatch.setattr(torch, "Generator", lambda device=None: real_generator())  # draws need no state on meta
-    monkeypatch.setattr(networks, "capturable_adam", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    meets a device tensor, a read of a value or a copy to the host raises (an SGD step stands in for
+    Adam, which torch refuses on meta; Adam's fused step is audited above)."""
+    meta = on_the_meta_device
     learner, replay, env = filled(name, num_envs=16, steps=3, device="meta")
     with HostRoundTripAudit() as audit:
         env.rollout(2, lambda obs: learner.explore(obs, torch.zeros((), dtype=torch.int64, device=meta)),
@@ -149,6 +141,10 @@ def test_the_captured_code_runs_on_a_device_without_host_data(name, monkeypatch)
         learner.device_updates(replay, 2, torch.zeros((), dtype=torch.float64, device=meta))
     assert audit.round_trips == [] and audit.kernel_ops > 200
     assert all(p.device.type == "meta" for p in parameters(learner).values())
+    with pytest.raises(RuntimeError):  # what this device catches: a host tensor meeting a device one
+        env.state + torch.ones(env.state.shape)
+    with pytest.raises(NotImplementedError):  # and a copy to the host
+        env.state.cpu()
 
 
 # ------------------------------------------------------------------------------ the same results
