@@ -177,7 +177,13 @@ def _render(result: dict[str, Any]) -> list[str]:
     placement = field(result, "config.placement", str) or "?"
     lines.append(f"  {cfg.get('algo')} on {cfg.get('env')}  replay={cfg.get('replay') or '-'}  compute={cfg.get('compute')}  "
                  f"placement={placement}  transport={cfg.get('transport') if placement != 'local' else '-'}  "
+                 f"policy={cfg.get('policy', 'single-learner')}  learners={cfg.get('learners', 1)}  "
                  f"actors={cfg.get('actors')}  seed={cfg.get('seed')}")
+    group = field(result, "loop.learner_group", dict)
+    if group:
+        lines.append(f"  learner group: {group['learners']} learners ({group['backend']}), parameters "
+                     f"{'identical' if group['parameters_identical'] else 'DIVERGED'} over {group['checked_updates']:,} "
+                     f"checked updates (largest relative spread {group['max_parameter_spread']:.1e})")
     study = field(result, "study", dict)
     if study:
         lines.append(f"  study {study.get('name')!r}, cell {study.get('cell')}")

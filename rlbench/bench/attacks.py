@@ -59,9 +59,9 @@ ATTACK_NAMES = tuple(attack.name for attack in ATTACKS)
 
 def _cartpole_layout() -> dict[str, Any]:
     from rlbench.protocols import EnvSpec
-    from rlbench.runtime.distributed import messages
+    from rlbench.runtime.transitions import transition_layout
 
-    return messages.transition_layout(EnvSpec(id="CartPole-v1", num_envs=1, observation_shape=(4,),
+    return transition_layout(EnvSpec(id="CartPole-v1", num_envs=1, observation_shape=(4,),
                                               observation_dtype="float32", action_kind="discrete", n_actions=2))
 
 

@@ -11,7 +11,7 @@ replay memory over a registered transport, with the run's authentication, and co
 clients to it: `actor` and `learner` (`rlbench.runtime`'s ReplayClient: add / add_begin /
 add_finish, sample, update_priorities, credit and wait_pushed for in-network placement). The node
 never rate-limits unless given `rate_limit=` (a benchmark measures access, not the algorithm's
-pacing), checks the run's transition layout when given `layout=` (messages.transition_layout), and
+pacing), checks the run's transition layout when given `layout=` (rlbench.runtime.transitions.transition_layout), and
 its budget never ends; leaving the block shuts it down. `node.report()` is the node's own report (per-op serve
 times, counters, link bytes); `fast_path=False` makes it serve every message through its general
 (Python) path, the peer of its native fast path.

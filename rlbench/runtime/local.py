@@ -33,6 +33,7 @@ from rlbench.errors import RlbenchError
 from rlbench.protocols import Sample
 from rlbench.metrics import time_split
 from rlbench.runtime.context import LoopStats, RunContext
+from rlbench.runtime.transitions import transition
 
 PROGRESS_EVERY_S = 0.25
 LOCAL_TIMES = {"env.step": "env", "actor.inference": "inference", "learner.update": "learner", "replay.add": "replay",
@@ -73,9 +74,8 @@ def run_replay_loop(ctx: RunContext) -> LoopStats:
         result = env.step(actions)
         t2 = clock()
         rewards = for_replay(result.rewards)
-        replay.add({"obs": for_replay(obs), "action": for_replay(actions), "reward": rewards,
-                    "next_obs": for_replay(result.final_observations),
-                    "done": for_replay(as_float32(result.terminated))})
+        replay.add(transition(for_replay(obs), for_replay(actions), rewards, for_replay(result.final_observations),
+                              for_replay(as_float32(result.terminated))))
         t3 = clock()
         h_act.record(t1 - t0)
         h_env.record(t2 - t1)

@@ -19,6 +19,7 @@ import numpy as np
 from rlbench.metrics import Histogram, Recorder
 from rlbench.registry import load_object
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
+from rlbench.runtime import transitions
 from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel
 from rlbench.runtime.distributed.messages import Op
@@ -156,12 +157,12 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     return outcome
 
 
-def run_layout(config: Any, plan: Any) -> messages.Layout:
+def run_layout(config: Any, plan: Any) -> transitions.Layout:
     """The transitions this run's actors produce, from its environment's spec (one environment built
     here, as the launcher's pre-flight does): the replay node refuses any other layout."""
     env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
     try:
-        return messages.transition_layout(env.spec)
+        return transitions.transition_layout(env.spec)
     finally:
         env.close()
 

@@ -81,9 +81,9 @@ ERROR              message text
 
 Transition rows: obs and next_obs share a shape (rows, *observation) of a real dtype; action is
 (rows,) integer or (rows, *action) real; reward (rows,) real; done (rows,) real or bool. A run fixes
-the exact layout from its environment's spec (`transition_layout`): actors send it
-(`as_layout`), and the replay node refuses any other (`layout_mismatch`), so the first writer
-cannot impose its own.
+the exact layout from its environment's spec (rlbench.runtime.transitions, where the fields are
+named once): actors send it, and the replay node refuses any other, so the first writer cannot
+impose its own.
 
 Weights: PARAMS and PUBLISH_PARAMS carry the policy's arrays as w0, w1, ... in order
 ([W0, b0, W1, b1, ...], W of shape (in, out)), float32; `weights_arrays` and `read_weights`.
@@ -155,7 +155,6 @@ ROLES = ("actor", "learner", "launcher")
 def role_name(role: str, index: int) -> str:
     """How a role is called in reports: actor-i, learner (learner 0) and learner-i, launcher, replay."""
     return f"{role}-{index}" if role == "actor" or index else role
-TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "done")
 STATE_FIELDS = ("finished", "produced", "stored", "params_version", "learner_updates", "actors")
 ALLOWED_ROLES: dict[Op, frozenset[str]] = {
     Op.INSERT: frozenset({"actor"}),
@@ -557,36 +556,7 @@ def read_weights(arrays: Mapping[str, np.ndarray]) -> tuple[int, list[np.ndarray
     return int(arrays["version"]), weights
 
 
-def transitions_of(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: arrays[name] for name in TRANSITION_FIELDS}
 
-
-Layout = dict[str, tuple[str, tuple[int, ...]]]  # field -> (dtype name, shape of one row)
-
-
-def transition_layout(spec: Any) -> Layout:
-    """The transitions every INSERT of a run carries, from its environment's spec (an EnvSpec):
-    observations as the environment gives them, integer actions (discrete) or float32 ones of the
-    action's shape, float32 rewards and done flags."""
-    observation = (str(np.dtype(spec.observation_dtype)), tuple(spec.observation_shape))
-    action = ("int64", ()) if spec.action_kind == "discrete" else ("float32", tuple(spec.action_shape))
-    return {"obs": observation, "action": action, "reward": ("float32", ()), "next_obs": observation,
-            "done": ("float32", ())}
-
-
-def as_layout(layout: Layout, transitions: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """An actor's transitions in the run's layout (no copy of a field already in it)."""
-    return {name: np.asarray(transitions[name], dtype=dtype) for name, (dtype, _) in layout.items()}
-
-
-def layout_mismatch(layout: Layout, arrays: Mapping[str, np.ndarray]) -> str:
-    """Why an INSERT's transitions break the run's layout ("" when they keep it)."""
-    for name, (dtype, row) in layout.items():
-        array = arrays[name]
-        if array.dtype != dtype or array.shape[1:] != tuple(row):
-            return (f"{name} is {array.dtype}{list(array.shape[1:])} per row, but this run's transitions carry "
-                    f"{dtype}{list(row)} (its environment's spec)")
-    return ""
 
 
 def state_of(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:

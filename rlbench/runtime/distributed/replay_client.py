@@ -20,6 +20,7 @@ import numpy as np
 from rlbench.metrics import Recorder
 from rlbench.protocols import Sample
 from rlbench.runtime.distributed import messages
+from rlbench.runtime.transitions import fields_of
 from rlbench.runtime.distributed.channel import Channel, Pending, RemoteError
 from rlbench.runtime.distributed.messages import Op
 
@@ -114,7 +115,7 @@ class ReplayClient:
             self.finished = True
             return None
         self.step = int(arrays["step"])
-        return Sample(arrays["indices"], messages.transitions_of(arrays), arrays["weights"])
+        return Sample(arrays["indices"], fields_of(arrays), arrays["weights"])
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray, *, learner_updates: int,
                           credit: int | None = None, beta: float | None = None) -> None:
@@ -145,11 +146,10 @@ class ReplayClient:
 
 
 def _insert(transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None, produced: int) -> dict[str, Any]:
-    """An INSERT's arrays (messages.TRANSITION_FIELDS, spelled out: this is on every actor's insert).
+    """An INSERT's arrays: the transition's fields, and what it says it produced.
     `produced`: transitions produced since the last INSERT (stored or not)."""
-    arrays: dict[str, Any] = {"obs": transitions["obs"], "action": transitions["action"],
-                              "reward": transitions["reward"], "next_obs": transitions["next_obs"],
-                              "done": transitions["done"], "produced": int(produced)}
+    arrays: dict[str, Any] = fields_of(transitions)
+    arrays["produced"] = int(produced)
     if priorities is not None:
         arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
     return arrays

@@ -52,6 +52,7 @@ import numpy as np
 
 from rlbench.arrays import to_host
 from rlbench.metrics import Recorder
+from rlbench.runtime import transitions
 from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.messages import Op, WireError
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
@@ -77,7 +78,7 @@ class NodeSettings:
     max_message_bytes: int = 1 << 30
     secret: bytes | None = field(default=None, repr=False)  # the run's; None: no authentication (benchmarks only)
     fast_path: bool = True  # serve the core memories' hot ops natively when rlbench._wire is built
-    layout: messages.Layout | None = None  # the run's transitions (None: the first INSERT fixes them)
+    layout: transitions.Layout | None = None  # the run's transitions (None: the first INSERT fixes them)
 
 
 @dataclass
@@ -418,11 +419,11 @@ class ReplayNode:
             raise Refused(f"{peer.held} replies to this actor's INSERTs are held by the rate limiter already (at most "
                           f"{MAX_HELD_INSERTS}): wait for a reply before sending more", "refused.held_replies")
         if not state.stored and self.settings.layout is not None:  # (after that, the memory keeps the layout)
-            mismatch = messages.layout_mismatch(self.settings.layout, arrays)
+            mismatch = transitions.layout_mismatch(self.settings.layout, arrays)
             if mismatch:
                 raise Refused(mismatch, "refused.layout")
         started = time.perf_counter_ns()
-        self.memory.add(messages.transitions_of(arrays), arrays.get("priorities"))
+        self.memory.add(transitions.fields_of(arrays), arrays.get("priorities"))
         self.recorder.histogram("memory.INSERT").record(time.perf_counter_ns() - started)
         peer.last_insert = request_id
         peer.stored += n

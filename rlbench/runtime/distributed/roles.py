@@ -19,7 +19,7 @@ from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.metrics import Recorder, time_split
 from rlbench.plugins import get_registry
-from rlbench.runtime.distributed import messages
+from rlbench.runtime import transitions
 from rlbench.runtime.distributed.channel import Channel, RemoteError
 from rlbench.runtime.distributed.messages import WireError, role_name
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
@@ -52,7 +52,7 @@ class RoleSpec:
     # The replay node's: the run's secret; every other role's: its own key (messages.role_key), so it
     # can act as itself only. Travels with the spec, never on a command line.
     secret: bytes | None = field(default=None, repr=False)
-    layout: dict[str, Any] | None = None  # the run's transitions (messages.transition_layout), for the node
+    layout: dict[str, Any] | None = None  # the run's transitions (transitions.transition_layout), for the node
     # A learner's group, when the run's distribution policy has several (index = its rank): how many
     # learners, where learner 0's rendezvous is (learner 0: ""), and the host learner 0 listens on.
     learners: int = 1
@@ -150,7 +150,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
 
     n = env.spec.num_envs
     rows = max(1, ACTOR_INSERT_TRANSITIONS // n)
-    layout = messages.transition_layout(env.spec)
+    layout = transitions.transition_layout(env.spec)
     chunk: dict[str, list] = {name: [] for name in layout}
     produced = stored_sent = 0
     dropped: dict[str, int] = {}
@@ -175,8 +175,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             h_act.record(t_b - t_a)
             h_env.record(clock() - t_b)
             rewards = to_host(result.rewards)  # the wire carries numpy: device tensors come to the host here
-            for name, value in (("obs", obs), ("action", actions), ("reward", rewards),
-                                ("next_obs", result.final_observations), ("done", as_float32(result.terminated))):
+            for name, value in transitions.transition(obs, actions, rewards, result.final_observations,
+                                                      as_float32(result.terminated)).items():
                 chunk[name].append(to_host(value))
             produced += n
             episode_return += rewards
@@ -231,13 +231,13 @@ def _leave(client: ReplayClient, report: dict[str, Any], lost: str) -> None:
         client.channel.close()
 
 
-def _flush(client: ReplayClient, chunk: dict[str, list], layout: messages.Layout, priorities_of=None):
+def _flush(client: ReplayClient, chunk: dict[str, list], layout: transitions.Layout, priorities_of=None):
     """Send the chunk as one INSERT in the run's layout; returns (the pending request, how many
     transitions it holds)."""
-    transitions = messages.as_layout(layout, {name: np.concatenate(values) if np.ndim(values[0]) else values
-                                              for name, values in chunk.items()})
-    rows = len(transitions["obs"])
-    pending = client.add_begin(transitions, priorities_of(transitions) if priorities_of else None, produced=rows)
+    batch = transitions.as_layout(layout, {name: np.concatenate(values) if np.ndim(values[0]) else values
+                                           for name, values in chunk.items()})
+    rows = len(batch["obs"])
+    pending = client.add_begin(batch, priorities_of(batch) if priorities_of else None, produced=rows)
     for values in chunk.values():
         values.clear()
     return pending, rows

@@ -1,0 +1,53 @@
+"""A transition: the one place that names its fields and fixes their layout for a run.
+
+Every loop builds its transitions with `transition(...)` (the local loop, the one-device loop, an
+actor of a distributed run), the wire (rlbench.runtime.distributed.messages) carries them under
+these names, and a run's layout comes from its environment's spec (`transition_layout`): actors
+send it (`as_layout`), and the replay node refuses any other (`layout_mismatch`), so the first
+writer cannot impose its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+FIELDS = ("obs", "action", "reward", "next_obs", "done")
+
+Layout = dict[str, tuple[str, tuple[int, ...]]]  # field -> (dtype name, shape of one row)
+
+
+def transition(obs: Any, action: Any, reward: Any, next_obs: Any, done: Any) -> dict[str, Any]:
+    """A batch of transitions (rows) as the memories and the wire take them."""
+    return {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs, "done": done}
+
+
+def fields_of(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """The transition fields of a message's or a batch's arrays (other arrays left out)."""
+    return {name: arrays[name] for name in FIELDS}
+
+
+def transition_layout(spec: Any) -> Layout:
+    """The transitions a run carries, from its environment's spec (an EnvSpec): observations as the
+    environment gives them, integer actions (discrete) or float32 ones of the action's shape,
+    float32 rewards and done flags."""
+    observation = (str(np.dtype(spec.observation_dtype)), tuple(spec.observation_shape))
+    action = ("int64", ()) if spec.action_kind == "discrete" else ("float32", tuple(spec.action_shape))
+    return {"obs": observation, "action": action, "reward": ("float32", ()), "next_obs": observation,
+            "done": ("float32", ())}
+
+
+def as_layout(layout: Layout, transitions: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """An actor's transitions in the run's layout (no copy of a field already in it)."""
+    return {name: np.asarray(transitions[name], dtype=dtype) for name, (dtype, _) in layout.items()}
+
+
+def layout_mismatch(layout: Layout, arrays: Mapping[str, np.ndarray]) -> str:
+    """Why a batch of transitions breaks the run's layout ("" when it keeps it)."""
+    for name, (dtype, row) in layout.items():
+        array = arrays[name]
+        if array.dtype != dtype or array.shape[1:] != tuple(row):
+            return (f"{name} is {array.dtype}{list(array.shape[1:])} per row, but this run's transitions carry "
+                    f"{dtype}{list(row)} (its environment's spec)")
+    return ""
