@@ -169,7 +169,7 @@ def exit_code(result: dict[str, Any]) -> int:
 
 
 RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "num_envs", "steps", "seconds",
-              "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "launcher", "ray_address", "bind")
+              "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "actor_restarts", "launcher", "ray_address", "bind")
 
 
 def _run_command() -> click.Command:
@@ -211,6 +211,9 @@ def _run_command() -> click.Command:
                           "evaluation curve."),
         click.Option(["--on-actor-failure"], type=click.Choice(["continue", "stop"]), default=default.on_actor_failure,
                      show_default=True, help="Distributed runs: go on with the other actors, or stop the run."),
+        click.Option(["--actor-restarts"], type=int, default=default.actor_restarts, show_default=True, metavar="N",
+                     help="Distributed runs: replace an actor that dies, up to N times per actor (a new identity; "
+                          "what the old one stored stays counted)."),
         click.Option(["--launcher"], type=click.Choice(LAUNCHERS), default=default.launcher, show_default=True,
                      help="What starts a distributed run's roles: local processes, or a Ray cluster."),
         click.Option(["--ray-address"], default=default.ray_address, metavar="auto|HOST:PORT",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -127,3 +128,25 @@ def summary_line(report: dict[str, Any]) -> str:
     return (f"machine: quiet ({report['cores']} core(s), {report['busy_processes']} busy process(es) of ours"
             + (f", load {load[0]:.2f} before" if load else "")
             + (f", others used {others:.2f} core(s)" if others is not None else "") + ")")
+
+
+# The thread pools of numpy's BLAS, OpenMP and torch size themselves to the machine's cores when
+# they load. With more role processes than cores, every role's spinning pool steals the others'
+# cores (issue #24 measured 1 -> 2 actors at 0.23x). Each role runs its pools at the CPUs it was
+# given, set in its environment before anything loads them (Ray does the same for its workers).
+THREAD_POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                         "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def thread_environment(cpus: float) -> dict[str, str]:
+    """The environment a role process of `cpus` CPUs starts with: every thread pool that size."""
+    return {name: str(max(1, int(cpus))) for name in THREAD_POOL_VARIABLES}
+
+
+def threads_in_use() -> dict[str, Any]:
+    """For a role's report: the pools' sizes as this process has them."""
+    used: dict[str, Any] = {name: os.environ.get(name) for name in THREAD_POOL_VARIABLES[:2]}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        used["torch_threads"] = torch.get_num_threads()
+    return used

@@ -188,17 +188,42 @@ class Recorder:
         return {name: h.summary() for name, h in sorted(self.histograms.items()) if h.count}
 
 
-# Where a role's time goes (RL-Scope's question): each timed operation belongs to one category; what
-# no timed operation covers is rlbench's own bookkeeping (the loop, accounting, histograms, codecs).
+# Where a role's time goes (RL-Scope's question): each timed operation belongs to one category. Wall
+# time per category says how long each took; the role thread's CPU time says what was work: what the
+# thread did outside every category is rlbench's own bookkeeping (the loop, accounting, histograms),
+# and wall time off the CPU is waiting (descheduled, or blocked on a peer), never bookkeeping.
 TIME_CATEGORIES = ("env", "inference", "learner", "allreduce", "replay", "weights", "transport", "bookkeeping")
+CPU_SAMPLE_EVERY = 16  # a per-step category is timed on the thread's CPU clock once every this many steps
+
+
+class CpuMeter:
+    """A role thread's CPU time over its loop, and per category. The thread's CPU clock is a syscall
+    (~0.8 us here), so a category timed on every env step is sampled: one call in CPU_SAMPLE_EVERY is
+    timed and counted that many times (an unbiased estimate); rarer calls are timed each."""
+
+    def __init__(self) -> None:
+        self.started_ns = time.thread_time_ns()
+        self.categories: dict[str, float] = {}
+
+    def add(self, category: str, ns: float) -> None:
+        self.categories[category] = self.categories.get(category, 0.0) + ns
+
+    def add_seconds(self, seconds: dict[str, float]) -> None:
+        for category, value in seconds.items():
+            self.add(category, value * 1e9)
+
+    def window_s(self) -> float:
+        return (time.thread_time_ns() - self.started_ns) / 1e9
 
 
 def time_split(recorder: Recorder, window_s: float, categories: dict[str, str],
-               measured: dict[str, float] | None = None) -> dict[str, float]:
+               measured: dict[str, float] | None = None, cpu: CpuMeter | None = None) -> dict[str, float]:
     """Seconds per category over a role's window: `categories` maps a histogram name to its category
     (histograms that overlap others, e.g. a request timed while the caller works, are left out);
-    `measured` adds seconds timed otherwise (the time a role spent blocked in its replay client);
-    the rest of the window is bookkeeping. Also the bookkeeping share of the window."""
+    `measured` adds seconds timed otherwise (the time a role spent blocked in its replay client).
+    With the role's `cpu` meter: its CPU time (`cpu_s`), the time it was off the CPU (`waiting`), and
+    bookkeeping = CPU time outside every category, its share of the CPU time. Without one (a role
+    that keeps no meter), bookkeeping is the rest of the window's wall time."""
     split = {category: 0.0 for category in TIME_CATEGORIES}
     for name, category in categories.items():
         histogram = recorder.histograms.get(name)
@@ -206,16 +231,24 @@ def time_split(recorder: Recorder, window_s: float, categories: dict[str, str],
             split[category] += histogram.total / 1e9
     for category, seconds in (measured or {}).items():
         split[category] += seconds
-    timed = sum(split.values())
-    split["bookkeeping"] = max(0.0, window_s - timed)
     split["window_s"] = window_s
-    split["bookkeeping_share"] = split["bookkeeping"] / window_s if window_s > 0 else float("nan")
+    if cpu is None:
+        split["bookkeeping"] = max(0.0, window_s - sum(split[c] for c in TIME_CATEGORIES))
+        split["bookkeeping_share"] = split["bookkeeping"] / window_s if window_s > 0 else float("nan")
+        return split
+    cpu_s = cpu.window_s()
+    split["cpu_s"] = cpu_s
+    split["waiting"] = max(0.0, window_s - cpu_s)
+    split["bookkeeping"] = max(0.0, cpu_s - sum(cpu.categories.values()) / 1e9)
+    split["bookkeeping_share"] = split["bookkeeping"] / cpu_s if cpu_s > 0 else float("nan")
     return split
 
 
 def bookkeeping_share(splits: dict[str, dict[str, float]]) -> float | None:
-    """rlbench's own share of the roles' busy time (their windows less the time they sat idle)."""
-    busy = sum(split.get("window_s", 0.0) - split.get("idle", 0.0) for split in splits.values())
-    if busy <= 0:
+    """rlbench's own share of the roles' work: their bookkeeping over their CPU time where a role
+    measured it, else over its busy time (its window less the time it sat idle)."""
+    work = sum(split["cpu_s"] if "cpu_s" in split else split.get("window_s", 0.0) - split.get("idle", 0.0)
+               for split in splits.values())
+    if work <= 0:
         return None
-    return sum(split.get("bookkeeping", 0.0) for split in splits.values()) / busy
+    return sum(split.get("bookkeeping", 0.0) for split in splits.values()) / work

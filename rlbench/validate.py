@@ -112,6 +112,11 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
     if config.placement not in caps.placements:
         raise InvalidCombinationError(
             f"{name} runs with placement {' or '.join(caps.placements)} only (it has no separate replay node)")
+    if config.actor_restarts < 0:
+        raise InvalidCombinationError(f"--actor-restarts must be at least 0, got {config.actor_restarts}")
+    if config.actor_restarts and config.placement == "local":
+        raise InvalidCombinationError("--actor-restarts replaces actor processes of a distributed run; placement local "
+                                      "has none (use --placement server or in-network)")
     if config.placement == "local" and config.actors > 1:
         raise InvalidCombinationError(
             "placement local runs one actor inside the learner's process; use --num-envs for more "

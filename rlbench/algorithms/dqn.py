@@ -27,6 +27,10 @@ class DQNConfig(ReplayLoopConfig):
     batch_size: int = 128
     learning_starts: int = 1_000
     train_every: int = 1
+    # Weights reach actors every 50 updates: Ape-X and R2D2 copy them every 400 frames (100 env steps,
+    # here as many updates), Acme's DQN every 1000 actor steps; every update sent the whole policy on
+    # each one (2 GB in a 30k-step run across hosts). Staleness is in every result.
+    publish_every: int = 50
     hidden_sizes: tuple[int, ...] = (128, 128)
     learning_rate: float = 1e-3
     gamma: float = 0.99

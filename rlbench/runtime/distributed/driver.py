@@ -73,6 +73,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     launcher = launcher or make_launcher(config, plan, transport)  # a cluster's pre-flight refuses here
     started, first_progress = time.perf_counter(), None
     failures: list[str] = []
+    incarnations: list[dict[str, Any]] = []  # actors replaced after they died (--actor-restarts)
     stop_reason = ""
     final_weights, weights_version, node_report, last_state = None, -1, None, None
     control = None
@@ -91,6 +92,9 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                           reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
         control.authenticate("launcher", 0, messages.role_key(secret, "launcher", 0))
         reported_dead: set[str] = set()
+        restarts_left = {actor.name: config.actor_restarts for actor in actors}  # per original actor slot
+        slot_of = {actor.name: actor.name for actor in actors}
+        next_index = config.actors
         while True:
             launcher.wait(launcher.handles, POLL_S)  # reads role outcomes while it waits
             if budget.interrupted:
@@ -114,15 +118,25 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 stop_reason = (f"{stopped.name} died ({launcher.failure_of(stopped)})" if stopped.exitcode != 0
                                else f"{stopped.name} stopped before the run was over (exit code 0)")
                 break
-            for actor in actors:
+            for actor in list(actors):
                 if not actor.alive() and actor.exitcode != 0 and actor.name not in reported_dead:
                     reported_dead.add(actor.name)
-                    failures.append(f"{actor.name} died ({launcher.failure_of(actor)})")
-                    if config.on_actor_failure == "stop":
+                    why = launcher.failure_of(actor)
+                    failures.append(f"{actor.name} died ({why})")
+                    slot = slot_of[actor.name]
+                    if restarts_left[slot] > 0:  # a new incarnation, under a new identity (its own key)
+                        restarts_left[slot] -= 1
+                        replacement = launcher.start(role("actor", address, next_index))
+                        next_index += 1
+                        slot_of[replacement.name] = slot
+                        actors.append(replacement)
+                        incarnations.append({"slot": slot, "died": actor.name, "why": one_line(why),
+                                             "replaced_by": replacement.name})
+                    elif config.on_actor_failure == "stop":
                         stop_reason = f"{actor.name} died and --on-actor-failure is stop"
             if stop_reason:
                 break
-            if len(reported_dead) == len(actors):
+            if all(actor.name in reported_dead for actor in actors):
                 stop_reason = "every actor died"
                 break
         if node.alive():
@@ -153,6 +167,8 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
             failures.append(f"{name} failed: {one_line(payload)}")
     outcome = _merge(outcomes, node_report, last_state, final_weights, weights_version, failures, stop_reason)
     outcome.stats.startup_s = first_progress
+    if incarnations:
+        outcome.stats.extra["actor_incarnations"] = incarnations
     _record_where(outcome, where)
     return outcome
 

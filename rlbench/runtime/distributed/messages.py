@@ -539,6 +539,14 @@ def read_json(array: np.ndarray) -> Any:
     return json.loads(array.tobytes())
 
 
+def with_request_id(message: bytes, request_id: int) -> list[Any]:
+    """An encoded message's parts under another request id: a header of its own and the rest as it
+    is (what a server sends many peers, such as the weights, is encoded once)."""
+    magic, version, op, _, n_arrays, descriptor_bytes = HEADER.unpack_from(message)
+    return [HEADER.pack(magic, version, op, request_id & 0xFFFFFFFF, n_arrays, descriptor_bytes),
+            memoryview(message)[HEADER.size:]]
+
+
 def weights_arrays(weights: Sequence[np.ndarray], version: int) -> dict[str, Any]:
     """PARAMS / PUBLISH_PARAMS arrays of a policy's weights [W0, b0, W1, b1, ...]."""
     if len(weights) >= MAX_ARRAYS:

@@ -13,6 +13,7 @@ np.asarray does), and each operation records its latency without a context manag
 from __future__ import annotations
 
 import time
+from time import thread_time_ns
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -33,43 +34,52 @@ class ReplayClient:
         self.step = 0
         self.finished = False
         # ns the caller spent inside this client's calls (an INSERT's begin and finish, not the
-        # stepping between them): what a role's time split attributes to replay and to weights
+        # stepping between them): what a role's time split attributes to replay and to weights; and
+        # the caller thread's CPU time in them (codec, copies: work, beside the wall time's waiting)
         self.blocked = {"replay": 0, "weights": 0}
+        self.cpu = {"replay": 0, "weights": 0}
 
-    def _took(self, name: str, started: int) -> None:
+    def _took(self, name: str, started: int, cpu_started: int) -> None:
         elapsed = time.perf_counter_ns() - started
         self.recorder.histogram(name).record(elapsed)
-        self.blocked["weights" if name.startswith("weights.") else "replay"] += elapsed
+        category = "weights" if name.startswith("weights.") else "replay"
+        self.blocked[category] += elapsed
+        self.cpu[category] += time.thread_time_ns() - cpu_started
 
     def blocked_s(self) -> dict[str, float]:
         return {category: ns / 1e9 for category, ns in self.blocked.items()}
 
+    def cpu_s(self) -> dict[str, float]:
+        return {category: ns / 1e9 for category, ns in self.cpu.items()}
+
     # ---------------------------------------------------------------------------------- actors
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> None:
         """INSERT and wait for its reply (what was produced is what is inserted)."""
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         _, reply = self.channel.request(Op.INSERT, _insert(transitions, priorities, len(transitions["obs"])))
-        self._inserted(reply, started)
+        self._inserted(reply, started, cpu_started)
 
     def add_begin(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
                   produced: int) -> tuple[Pending, int]:
         """Send an INSERT; `add_finish` waits for its reply (an actor steps its env meanwhile).
         `produced`: transitions this actor produced since its last INSERT (stored or not)."""
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         request = self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced))
         self.blocked["replay"] += time.perf_counter_ns() - started
+        self.cpu["replay"] += thread_time_ns() - cpu_started
         return request, started
 
     def add_finish(self, pending: tuple[Pending, int]) -> None:
         request, started = pending
-        waited = time.perf_counter_ns()
+        waited, cpu_started = time.perf_counter_ns(), thread_time_ns()
         reply = self.channel.finish(request)[1]
         self.blocked["replay"] += time.perf_counter_ns() - waited
-        self._inserted(reply, started, blocked=False)
+        self._inserted(reply, started, cpu_started, blocked=False)
 
-    def _inserted(self, reply: dict[str, np.ndarray], started: int, *, blocked: bool = True) -> None:
+    def _inserted(self, reply: dict[str, np.ndarray], started: int, cpu_started: int, *,
+                  blocked: bool = True) -> None:
         if blocked:
-            self._took("replay.INSERT", started)
+            self._took("replay.INSERT", started, cpu_started)
         else:  # begun, then finished after the caller worked: the histogram holds the round trip
             self.recorder.histogram("replay.INSERT").record(time.perf_counter_ns() - started)
         feedback = self.feedback
@@ -81,9 +91,9 @@ class ReplayClient:
 
     def fetch_params(self, have_version: int) -> tuple[int, list[np.ndarray]] | None:
         """Weights newer than `have_version`, or None (then `finished` says whether the run is over)."""
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         op, arrays = self.channel.request(Op.FETCH_PARAMS, {"have_version": int(have_version)})
-        self._took("weights.FETCH", started)
+        self._took("weights.FETCH", started, cpu_started)
         if op == Op.PARAMS:
             return messages.read_weights(arrays)
         self.finished = self.finished or bool(arrays["finished"])
@@ -92,21 +102,21 @@ class ReplayClient:
     # --------------------------------------------------------------------------------- learner
     def sample(self, batch_size: int, beta: float) -> Sample | None:
         """Server placement: a batch, or None once the run is over."""
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         op, arrays = self.channel.request(Op.SAMPLE, {"batch_size": int(batch_size), "beta": float(beta)})
-        self._took("replay.SAMPLE", started)
+        self._took("replay.SAMPLE", started, cpu_started)
         return self._to_sample(op, arrays)
 
     def wait_pushed(self, timeout: float) -> Sample | None:
         """In-network placement: the next batch the node pushed, or None once the run is over."""
-        t0 = time.perf_counter_ns()
+        t0, cpu_started = time.perf_counter_ns(), thread_time_ns()
         while True:
             got = self.channel.next_push(timeout)
             if got is None:
                 raise RemoteError(f"no batch pushed by the replay node within {timeout:.0f} s")
             op, arrays = got
             if op in (Op.BATCH, Op.END):
-                self._took("replay.SAMPLE", t0)
+                self._took("replay.SAMPLE", t0, cpu_started)
                 return self._to_sample(op, arrays)
             self.recorder.count(f"unexpected_push.{op.name}")
 
@@ -124,20 +134,21 @@ class ReplayClient:
                                   "learner_updates": int(learner_updates)}
         if credit is not None:
             arrays.update(credit=int(credit), beta=float(beta))
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         self.channel.send(Op.UPDATE_PRIORITIES, arrays)
-        self._took("replay.UPDATE_PRIORITIES", started)
+        self._took("replay.UPDATE_PRIORITIES", started, cpu_started)
 
     def credit(self, credit: int, beta: float) -> None:
         """In-network placement: let the node push `credit` more batches ahead."""
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         self.channel.send(Op.CREDIT, {"credit": int(credit), "beta": float(beta)})
         self.blocked["replay"] += time.perf_counter_ns() - started
+        self.cpu["replay"] += thread_time_ns() - cpu_started
 
     def publish_params(self, weights: Sequence[np.ndarray], version: int) -> None:
-        started = time.perf_counter_ns()
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
-        self._took("weights.PUBLISH", started)
+        self._took("weights.PUBLISH", started, cpu_started)
 
     # ---------------------------------------------------------------------------------- anyone
     def bye(self, report: dict[str, Any]) -> None:

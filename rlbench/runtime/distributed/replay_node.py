@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.arrays import to_host
+from rlbench.machine_state import threads_in_use
 from rlbench.metrics import Recorder
 from rlbench.runtime import transitions
 from rlbench.runtime.distributed import messages
@@ -156,9 +157,11 @@ class ReplayNode:
         self.pending_inserts: deque[_Pending] = deque()
         self.stored_by: dict[str, int] = {}  # transitions stored per role, of peers no longer connected
         self.end_pushed = False
+        self.params_message = b""  # the newest weights, as a PARAMS message (request id 0)
         self.shutdown = False
         self.t0 = time.perf_counter()
         self.cpu0 = os.times()
+        self.cpu_thread0 = time.thread_time_ns()  # the serving thread's own CPU clock, from serve() on
         self._message_t0 = 0  # perf_counter_ns when the message being handled arrived
         self._sent_ns = 0  # time in the transport's send while handling it (the wire's, not the node's)
         self.fast, self.fast_path_note = self._fast_path()
@@ -177,6 +180,7 @@ class ReplayNode:
             sys.setswitchinterval(switch_interval)
 
     def _serve(self) -> dict[str, Any]:
+        self.cpu_thread0 = time.thread_time_ns()  # (a transport may run threads of its own)
         clock = time.perf_counter_ns
         recv, send = self.listener.recv, self.listener.send
         fast = self.fast.handle if self.fast is not None else None
@@ -486,11 +490,13 @@ class ReplayNode:
         self.state.params = {f"w{i}": w for i, w in enumerate(weights)}  # copies: the view ends at the next receive
         self.state.params_version = version
         self.state.learner_updates = max(self.state.learner_updates, version)  # one-way: no reply
+        # encoded once per version: every actor that fetches it gets these bytes under its own request id
+        self.params_message = messages.joined(messages.encode(Op.PARAMS, {"version": np.int64(version),
+                                                                          **self.state.params}))
 
     def _on_fetch(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
         if self.state.params_version > int(arrays["have_version"]):
-            self._reply(peer_id, Op.PARAMS, {"version": np.int64(self.state.params_version), **self.state.params},
-                        request_id)
+            self._send(peer_id, messages.with_request_id(self.params_message, request_id))
         else:
             self._reply(peer_id, Op.CURRENT, {"finished": np.uint8(self.state.done)}, request_id)
 
@@ -616,15 +622,18 @@ class ReplayNode:
 
     def time_split(self, wall: float) -> dict[str, float]:
         """The node's time: the memory's operations (replay), its own handling of messages around them
-        (decoding, checks, replies: bookkeeping), and waiting for messages (idle)."""
+        (decoding, checks, replies: bookkeeping, the part of it its thread spent on the CPU), waiting
+        for messages (idle), and its thread's CPU time (cpu_s; wall time off the CPU is waiting)."""
         def total(prefix: str) -> float:
             return sum(h.total for name, h in self.recorder.histograms.items() if name.startswith(prefix)) / 1e9
 
         replay = total("memory.")
         handling = total("serve.") + total("push.")
-        bookkeeping = max(0.0, handling - replay)
-        return {"replay": replay, "bookkeeping": bookkeeping, "idle": max(0.0, wall - replay - bookkeeping),
-                "window_s": wall, "bookkeeping_share": bookkeeping / wall if wall > 0 else float("nan")}
+        cpu = (time.thread_time_ns() - self.cpu_thread0) / 1e9
+        bookkeeping = max(0.0, min(handling - replay, cpu - replay))
+        return {"replay": replay, "bookkeeping": bookkeeping, "idle": max(0.0, wall - handling),
+                "window_s": wall, "cpu_s": cpu, "waiting": max(0.0, wall - cpu),
+                "bookkeeping_share": bookkeeping / cpu if cpu > 0 else float("nan")}
 
     def report(self) -> dict[str, Any]:
         self._drain_fast_timings()
@@ -652,6 +661,7 @@ class ReplayNode:
             "time_split": self.time_split(wall),
             "size": len(self.memory),
             "peers": len(self.peers),
+            "threads": threads_in_use(),
             "rss_bytes": _rss_bytes(),
             "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "stored_by": self._stored_by(),

@@ -17,7 +17,8 @@ import numpy as np
 from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
-from rlbench.metrics import Recorder, time_split
+from rlbench.machine_state import threads_in_use
+from rlbench.metrics import CPU_SAMPLE_EVERY, CpuMeter, Recorder, time_split
 from rlbench.plugins import get_registry
 from rlbench.runtime import transitions
 from rlbench.runtime.distributed.channel import Channel, RemoteError
@@ -58,6 +59,7 @@ class RoleSpec:
     learners: int = 1
     rendezvous: str = ""
     host: str = "127.0.0.1"
+    cpus: int = 1  # the CPUs the role is given: its thread pools' size
 
     @property
     def name(self) -> str:
@@ -160,20 +162,33 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     obs = env.reset(seed=seed)
     in_flight, in_flight_rows = None, 0
     h_act, h_env = recorder.histogram("actor.inference"), recorder.histogram("env.step")
-    clock = time.perf_counter_ns
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     feedback = client.feedback
     lost = ""
     loop_t0 = time.perf_counter()
+    cpu = CpuMeter()
+    steps = 0
     try:
         version = _fetch_weights(client, actor, version, wait=True)  # a node lost while we wait is lost like any other time
         while not client.finished:
             global_step = feedback["produced"] + produced - stored_sent
+            sampled = not steps % CPU_SAMPLE_EVERY  # this step's work is also timed on the CPU clock
+            steps += 1
+            if sampled:
+                c_a = cpu_clock()
             t_a = clock()
             actions = actor.act(obs, global_step)
             t_b = clock()
+            if sampled:
+                c_b = cpu_clock()
             result = env.step(actions)
+            t_c = clock()
+            if sampled:
+                c_c = cpu_clock()
+                cpu.add("inference", (c_b - c_a) * CPU_SAMPLE_EVERY)
+                cpu.add("env", (c_c - c_b) * CPU_SAMPLE_EVERY)
             h_act.record(t_b - t_a)
-            h_env.record(clock() - t_b)
+            h_env.record(t_c - t_b)
             rewards = to_host(result.rewards)  # the wire carries numpy: device tensors come to the host here
             for name, value in transitions.transition(obs, actions, rewards, result.final_observations,
                                                       as_float32(result.terminated)).items():
@@ -207,7 +222,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
         lost = f"lost the replay node: {type(exc).__name__}: {exc}"
     finally:
         env.close()
-    split = time_split(recorder, time.perf_counter() - loop_t0, ACTOR_TIMES, client.blocked_s())
+    cpu.add_seconds(client.cpu_s())
+    split = time_split(recorder, time.perf_counter() - loop_t0, ACTOR_TIMES, client.blocked_s(), cpu)
     if produced > stored_sent:
         dropped["lost with the replay node (never acknowledged)" if lost else "never sent"] = produced - stored_sent
     report = {"role": f"actor-{spec.index}", "produced": produced, "sent": stored_sent, "dropped": dropped,
@@ -215,7 +231,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
               "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
               if "weights_staleness" in staleness.histograms else {"count": 0},
               "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
-              **_times(t0, cpu0)}
+              "threads": threads_in_use(), **_times(t0, cpu0)}
     _leave(client, {k: v for k, v in report.items() if k != "curve"}, lost)
     return report
 
@@ -295,6 +311,7 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     nothing = (np.empty(0, np.int64), np.empty(0))  # a uniform memory takes no priorities
     lost = ""
     loop_t0 = time.perf_counter()
+    cpu = CpuMeter()
     try:
         while True:
             sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(batch_size, beta)
@@ -304,12 +321,13 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
                 if group is not None:
                     group.leave()
                 break
-            t_a = time.perf_counter_ns()
+            t_a, c_a = time.perf_counter_ns(), time.thread_time_ns()
             try:
                 priorities, _ = learner.update(sample)
             except GroupEnded:  # another learner reached the end: all stop at this step
                 break
             h_learn.record(time.perf_counter_ns() - t_a)
+            cpu.add("learner", time.thread_time_ns() - c_a)
             updates += 1
             samples += len(sample.indices)
             beta = beta_at(hp, client.step, spec.total_steps)
@@ -330,10 +348,11 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     if group is not None:  # the group's collectives ran inside the algorithm's update: their own line
         measured["allreduce"] = (group.allreduce_ns + group.agreement_ns) / 1e9
         measured["learner"] = -measured["allreduce"]
-    split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, measured)
+    cpu.add_seconds(client.cpu_s())
+    split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, measured, cpu)
     report = {"role": spec.name, "updates": updates, "samples": samples, "histograms": _histograms(recorder),
               "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
-              **_times(t0, cpu0)}
+              "threads": threads_in_use(), **_times(t0, cpu0)}
     if group is not None:
         report["group"] = group.report()
         group.close()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import platform
 import queue
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from rlbench.machine_state import thread_environment
 from rlbench.runtime.distributed import roles
 from rlbench.runtime.distributed.roles import RoleSpec
 from rlbench.runtime.launchers import (
@@ -21,6 +24,21 @@ from rlbench.runtime.launchers import (
     one_line,
     run_role,
 )
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` set while a process is started (the launcher's thread starts roles)."""
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any, announcements: Any) -> None:
@@ -46,7 +64,8 @@ class LocalLauncher:
     def start(self, spec: RoleSpec) -> RoleHandle:
         process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
                                        args=(self.functions[spec.role], spec, self.results, self.announcements))
-        process.start()
+        with _environment(thread_environment(spec.cpus)):  # a spawned process starts with it: before numpy loads
+            process.start()
         handle = RoleHandle(spec.role, spec.index, process)
         self.handles.append(handle)
         return handle

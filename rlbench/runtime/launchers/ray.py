@@ -33,6 +33,7 @@ from typing import Any, Callable
 from rlbench.cluster.ray import Node, alive_nodes, connect, import_ray, match_nodes, unknown_node
 from rlbench.errors import InvalidCombinationError, RlbenchError
 from rlbench.kit.framing import AddressError
+from rlbench.machine_state import thread_environment
 from rlbench.runtime.distributed.messages import role_name
 from rlbench.runtime.distributed.roles import RoleSpec
 from rlbench.runtime.launchers import (
@@ -246,6 +247,7 @@ class RayLauncher:
     handles: list[RoleHandle] = field(default_factory=list)
     ready_s: float | None = None  # from connecting until every role's process answered
     running_s: float | None = None  # ... until every role had been started
+    run_tag: str = ""  # the run's role actors are named rlbench-<tag>-<role>
 
     @classmethod
     def prepare(cls, config: Any, plan: Any, transport: Any,
@@ -271,17 +273,11 @@ class RayLauncher:
                 except AddressError as exc:
                     unreachable = one_line(exc)
             check_hosts(plan, get_registry(), hosts, unreachable)
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as strategy
-
-            actor_class = ray.remote(max_concurrency=2, max_restarts=0)(RoleProcess)
             run_tag = secrets.token_hex(4)
             for role, node in placement.items():
-                demand = demands[role]
-                actor = actor_class.options(name=f"rlbench-{run_tag}-{role}", num_cpus=demand.cpus, num_gpus=demand.gpus,
-                                            scheduling_strategy=strategy(node.node_id, soft=False)).remote()
-                roles[role] = RayRole(ray, actor, node)
+                roles[role] = _role_actor(ray, run_tag, role, node, demands[role])
             launcher = cls(ray, config, transport, plan.transport.name, placement, roles, connected_here, driver,
-                           started, {**ROLE_FUNCTIONS, **(functions or {})})
+                           started, {**ROLE_FUNCTIONS, **(functions or {})}, run_tag=run_tag)
             launcher._locate(plan)
             return launcher
         except BaseException:
@@ -318,9 +314,24 @@ class RayLauncher:
         self.ready_s = time.perf_counter() - self.started
 
     # -- the Launcher protocol ---------------------------------------------------------------------
+    def _replacement(self, name: str) -> RayRole:
+        """An actor's next incarnation (--actor-restarts), not placed before the run: on the alive node
+        with the most CPUs its running roles leave free (its old node may be gone)."""
+        nodes = alive_nodes(self.ray)
+        if not nodes:
+            raise RoleFailedError(f"{name}: no alive node left to run it on")
+        used: dict[str, float] = {}
+        for role in self.roles.values():
+            if role.outcome is None:
+                used[role.node.node_id] = used.get(role.node.node_id, 0.0) + ROLE_CPUS
+        node = max(nodes, key=lambda n: n.cpus - used.get(n.node_id, 0.0))
+        role = self.roles[name] = _role_actor(self.ray, self.run_tag, name, node, Demand())
+        self.placement[name] = node
+        return role
+
     def start(self, spec: RoleSpec) -> RoleHandle:
         name = role_name(spec.role, spec.index)
-        role = self.roles[name]
+        role = self.roles[name] if name in self.roles else self._replacement(name)
         if spec.role == "replay" and not spec.address:  # its node's routable address (or --bind)
             bound = listen_address(self.transport, self.transport_name, self.config.bind or role.node.ip)
             spec = dataclasses.replace(spec, address=bound or "")
@@ -412,6 +423,17 @@ class RayLauncher:
                 "started_ray": self.connected_here and self.config.ray_address is None,
                 "driver": self.driver, "startup_s": self.running_s, "actors_ready_s": self.ready_s,
                 "hosts": sorted({n["ip"] for n in nodes.values()}), "nodes": nodes, "roles": roles}
+
+
+def _role_actor(ray: Any, run_tag: str, role: str, node: Node, demand: Demand) -> RayRole:
+    """A role's Ray actor pinned to its node, its thread pools sized to its CPUs."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    actor_class = ray.remote(max_concurrency=2, max_restarts=0)(RoleProcess)
+    actor = actor_class.options(name=f"rlbench-{run_tag}-{role}", num_cpus=demand.cpus, num_gpus=demand.gpus,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                                runtime_env={"env_vars": thread_environment(demand.cpus)}).remote()
+    return RayRole(ray, actor, node)
 
 
 def reachable(address: str, node_ip: str) -> str:
