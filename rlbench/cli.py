@@ -169,7 +169,7 @@ def exit_code(result: dict[str, Any]) -> int:
 
 
 RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "num_envs", "steps", "seconds",
-              "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "actor_restarts", "launcher", "ray_address", "bind")
+              "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "actor_restarts", "checkpoint_every", "checkpoint_dir", "launcher", "ray_address", "bind")
 
 
 def _run_command() -> click.Command:
@@ -214,6 +214,15 @@ def _run_command() -> click.Command:
         click.Option(["--actor-restarts"], type=int, default=default.actor_restarts, show_default=True, metavar="N",
                      help="Distributed runs: replace an actor that dies, up to N times per actor (a new identity; "
                           "what the old one stored stays counted)."),
+        click.Option(["--checkpoint-every"], type=float, default=default.checkpoint_every, metavar="SECONDS",
+                     help="Distributed runs: write the learner and the replay node to --checkpoint-dir every SECONDS "
+                          "(atomically: a run killed at any moment can be resumed)."),
+        click.Option(["--checkpoint-dir"], default=default.checkpoint_dir, metavar="DIR",
+                     help="Where --checkpoint-every writes; every role's host must see it [default: "
+                          "checkpoints/TIME-ALGO-ENV]."),
+        click.Option(["--resume"], default=None, metavar="DIR",
+                     help="Continue the run whose checkpoints are in DIR, as it was configured, from its newest "
+                          "checkpoint (only where its roles run and where its result goes may change)."),
         click.Option(["--launcher"], type=click.Choice(LAUNCHERS), default=default.launcher, show_default=True,
                      help="What starts a distributed run's roles: local processes, or a Ray cluster."),
         click.Option(["--ray-address"], default=default.ray_address, metavar="auto|HOST:PORT",
@@ -276,6 +285,8 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
 
     ctx = click.get_current_context()
     given = {name for name in kw if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    if kw["resume"]:
+        return _resumed_run(kw, given, plugin_options)
     if kw["config_file"] and kw["plan_file"]:
         raise click.UsageError("give --config or --plan, not both (a plan is a run file)")
     source = kw["config_file"] or kw["plan_file"]
@@ -307,6 +318,27 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
     config = RunConfig(**fields, hyperparameters=hyperparameters, place=place, out=None if kw["no_out"] else kw["out"])
     config.options = options_from_flags(flags, config, _registry())
     return config
+
+
+# what `run --resume` takes from its own command line; everything else is the resumed run's
+RESUME_FLAGS = {"resume": "--resume", "launcher": "--launcher", "ray_address": "--ray-address", "place": "--place",
+                "bind": "--bind", "checkpoint_every": "--checkpoint-every", "out": "--out", "no_out": "--no-out",
+                "as_json": "--json"}
+
+
+def _resumed_run(kw: dict[str, Any], given: set[str], plugin_options: dict[str, Any]) -> Any:
+    from rlbench.runtime.checkpoint import resumed_config
+
+    fixed = sorted(given - set(RESUME_FLAGS))
+    if fixed:
+        flag = (plugin_options[fixed[0]].flag if fixed[0] in plugin_options else
+                {"config_file": "--config", "plan_file": "--plan"}.get(fixed[0], "--" + fixed[0].replace("_", "-")))
+        raise click.UsageError(f"{flag}: --resume continues the run in {kw['resume']} as it was configured; it takes "
+                               f"only {', '.join(RESUME_FLAGS.values())}")
+    return resumed_config(kw["resume"], launcher=kw["launcher"], ray_address=kw["ray_address"],
+                          place=_parse_place(kw["place"]) or None, bind=kw["bind"],
+                          checkpoint_every=kw["checkpoint_every"] if "checkpoint_every" in given else None,
+                          out=None if kw["no_out"] else kw["out"])
 
 
 # --------------------------------------------------------------------------------------------- bench

@@ -58,6 +58,11 @@ class RunConfig:
     eval_every: int | None = None  # greedy evaluation every N env steps during training (placement local)
     on_actor_failure: str = "continue"  # or "stop": what a distributed run does when an actor dies
     actor_restarts: int = 0  # times each actor is replaced (a new incarnation) after it dies
+    # distributed runs: checkpoint the learner and the replay node every N seconds, into this directory
+    # (default: checkpoints/<time>-<algo>-<env>); `resume` continues the run a directory holds
+    checkpoint_every: float | None = None
+    checkpoint_dir: str | None = None
+    resume: str | None = None
     launcher: str = "local"  # what starts a distributed run's roles: "local" processes, or "ray" (a Ray cluster)
     ray_address: str | None = None  # --launcher ray: "auto", "HOST:PORT", or None to start Ray for the run
     place: dict[str, Any] = field(default_factory=dict)  # role -> node(s): {"replay": N, "learner": N, "actors": [N, ...]}
@@ -76,7 +81,7 @@ RUN_FLAGS = frozenset({
     "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--policy",
     "--learners", "--actors",
     "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes", "--eval-every",
-    "--on-actor-failure", "--actor-restarts", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
+    "--on-actor-failure", "--actor-restarts", "--checkpoint-every", "--checkpoint-dir", "--resume", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
     "--help",
 })
 

@@ -192,7 +192,8 @@ class Recorder:
 # time per category says how long each took; the role thread's CPU time says what was work: what the
 # thread did outside every category is rlbench's own bookkeeping (the loop, accounting, histograms),
 # and wall time off the CPU is waiting (descheduled, or blocked on a peer), never bookkeeping.
-TIME_CATEGORIES = ("env", "inference", "learner", "allreduce", "replay", "weights", "transport", "bookkeeping")
+TIME_CATEGORIES = ("env", "inference", "learner", "allreduce", "replay", "weights", "checkpoint", "transport",
+                   "bookkeeping")
 CPU_SAMPLE_EVERY = 16  # a per-step category is timed on the thread's CPU clock once every this many steps
 
 

@@ -74,6 +74,9 @@ class ReplayCapabilities:
     dtypes: tuple[str, ...] = ("float32", "float64", "int64", "int32", "uint8", "bool")
     device: str = "host"  # where the storage lives
     accepts_tensors: bool = False  # add/update_priorities take torch tensors (on its device), not only numpy
+    # state_dict() -> {"arrays": {name: ndarray}, "meta": JSON-able} and load_state_dict(state): a
+    # distributed run's checkpoint can hold it (--checkpoint-every)
+    checkpoints: bool = False
 
 
 # Role names for compute backends: "<algorithm>:<role>", role one of actor, learner, tabular.
@@ -119,6 +122,9 @@ class AlgorithmCapabilities:
     offline: bool = False  # can learn from a collected dataset (--dataset N)
     roles: tuple[str, ...] = ("actor", "learner")
     placements: tuple[str, ...] = PLACEMENTS
+    # its learner has state_dict() / load_state_dict(state) (torch values: networks, optimizers, its
+    # update count), so a distributed run's checkpoint can hold it (--checkpoint-every)
+    checkpoints: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,6 +380,8 @@ class Actor(Protocol):
 @runtime_checkable
 class Learner(Protocol):
     updates: int
+    # Learners of algorithms whose capabilities say `checkpoints` also give state_dict() and
+    # load_state_dict(state): everything the next update depends on (rlbench/runtime/checkpoint.py).
 
     def update(self, sample: Sample) -> tuple["np.ndarray", dict[str, float]]:
         """One learning step on a sampled batch; returns new priorities (|TD error|) and metrics."""

@@ -157,6 +157,10 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     plan, algorithm, hp = check(config, registry)
     if config.out:
         check_writable(config.out)
+    if config.checkpoint_every or config.resume:
+        from rlbench.runtime import checkpoint
+
+        config = checkpoint.prepared(config)
     call_hook_safely("rlbench_run_configured", config=config)
     total_steps = config.steps if config.steps is not None else hp.total_steps
     budget = Budget(total_steps=total_steps, seconds=config.seconds,
@@ -285,6 +289,8 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         evaluation_curve = {"every": periodic.every, "episodes": config.eval_episodes, "points": periodic.points,
                             "seconds": periodic.seconds, "cpu_s": periodic.cpu_s}
 
+    written = stats.extra.pop("checkpoints", None)
+    resumed_from = stats.extra.pop("resumed_from", None)
     resolved = config.to_dict()
     resolved["replay"] = plan.replay.name if plan.replay else None
     resolved["total_steps"] = total_steps
@@ -326,6 +332,11 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         "bookkeeping_share": bookkeeping_share(stats.extra.get("time_split", {})),
         "modelled": stats.extra.get("modelled", {}),
         "replay_stats": trained.replay_stats,
+        # the checkpoints this run wrote (directory, each one's number, env step and the node's seconds),
+        # and the one it continued: a resumed run's throughput counts its own env steps only
+        "checkpoints": {"directory": config.checkpoint_dir, "every_s": config.checkpoint_every, "written": written or []}
+        if config.checkpoint_every else None,
+        "resumed_from": resumed_from,
     }
     path = None
     if config.out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +140,7 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
                 f"that would work: {works}")
 
     _check_launcher(config)
+    _check_checkpoints(config, registry, algorithm, replay)
     policy = _checked_policy(config, registry)
     plan = Plan(algorithm, environment, compute, replay, transport, policy)
     _check_options(config, registry, plan)
@@ -173,6 +175,28 @@ def validate_policy(config: RunConfig, plan: Plan, hp: Any) -> None:
     """What the policy itself refuses once the hyperparameters are known (e.g. a batch that does not
     split into its learners' shares)."""
     plan.policy.create().check(config, hp)
+
+
+def _check_checkpoints(config: RunConfig, registry: Registry, algorithm: Component, replay: Component | None) -> None:
+    """--checkpoint-every and --resume: a distributed run whose learner and replay memory can be saved."""
+    if config.checkpoint_every is None and config.resume is None:
+        if config.checkpoint_dir is not None:
+            raise InvalidCombinationError("--checkpoint-dir says where --checkpoint-every writes; give that too")
+        return
+    flag = "--resume" if config.resume is not None else "--checkpoint-every"
+    if config.checkpoint_every is not None and not (config.checkpoint_every > 0 and math.isfinite(config.checkpoint_every)):
+        raise InvalidCombinationError(f"--checkpoint-every takes a positive number of seconds, got {config.checkpoint_every}")
+    if config.placement == "local":
+        raise InvalidCombinationError(f"{flag} checkpoints a distributed run's learner and replay node; placement local "
+                                      "has neither as a process of its own (use --placement server or in-network)")
+    if not algorithm.capabilities.checkpoints:
+        works = _names_that_work(registry, "algorithm", lambda c: c.capabilities.checkpoints)
+        raise InvalidCombinationError(f"{flag}: {algorithm.name}'s learner cannot be checkpointed (no state_dict); "
+                                      f"algorithms that can: {works}")
+    if replay is not None and not replay.capabilities.checkpoints:
+        works = _names_that_work(registry, "replay", lambda c: c.capabilities.checkpoints)
+        raise InvalidCombinationError(f"{flag}: replay memory {replay.name} cannot be checkpointed (no state_dict); "
+                                      f"replay memories that can: {works}")
 
 
 def _check_launcher(config: RunConfig) -> None:

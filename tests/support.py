@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -185,3 +186,28 @@ def kill_role_when_running(name: str, after_s: float, killed: list) -> threading
     return thread
 
 
+def killed_mid_way(directory: Path, *args: str, at_env_steps: int, timeout: float = 120) -> dict:
+    """`rlbench run ... --checkpoint-dir directory` in its own process group, SIGKILLed (every process of
+    the run, at once) once a checkpoint past `at_env_steps` is complete; returns that checkpoint's record."""
+    process = subprocess.Popen([sys.executable, "-m", "rlbench", "run", *args, "--checkpoint-dir", str(directory),
+                                "--no-out"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert process.poll() is None, process.communicate()[1].decode()[-2000:]
+            assert time.monotonic() < deadline, "no checkpoint past the step in time"
+            try:
+                record = json.loads((directory / "LATEST").read_text())
+            except (FileNotFoundError, ValueError):
+                record = {"env_steps": -1}
+            if record["env_steps"] >= at_env_steps:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)  # into the next checkpoint's interval: killed at no particular moment
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    from rlbench.runtime import checkpoint
+
+    return checkpoint.latest(directory)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ray_support import local_cluster, node_of_resource, ray_unavailable
-from support import REPO
+from support import REPO, killed_mid_way
 from rlbench.config import RunConfig
 from rlbench.errors import InvalidCombinationError
 from rlbench.runner import run
@@ -116,6 +116,27 @@ def test_a_dqn_run_puts_replay_learner_and_actors_on_three_nodes(cluster, placem
     assert f"ray {ray.__version__}" in shown
     for node_id in nodes.values():
         assert node_id[:12] in shown
+
+
+def test_a_run_killed_on_this_host_resumes_on_the_ray_nodes_where_place_puts_it(cluster, tmp_path):
+    """Issue #24 item 3: a checkpointing run of the local launcher, SIGKILLed mid-way, continues on
+    three Ray nodes (other hosts: the checkpoint directory is one every node sees)."""
+    from rlbench.runtime.checkpoint import resumed_config
+
+    directory = tmp_path / "ckpt"
+    record = killed_mid_way(directory, "--placement", "server", "--transport", "tcp", "--steps", "3000",
+                            "--hp", "learning_starts=200", "--hp", "batch_size=32", "--checkpoint-every", "0.3",
+                            at_env_steps=1000)
+    place = {"replay": "rlb_a", "learner": "rlb_b", "actors": ["rlb_c"]}
+    result = run(resumed_config(directory, launcher="ray", ray_address=cluster.address, place=place, out=None,
+                                eval_episodes=1))
+    assert result["status"] == "complete", result["status_reason"]
+    assert result["resumed_from"]["env_steps"] == record["env_steps"] >= 1000
+    assert result["accounting"]["balanced"] and result["accounting"]["produced"] >= 3000
+    roles = result["loop"]["roles"]
+    assert [roles[name]["node"] for name in ("replay", "learner", "actor-0")] == \
+        [node_of_resource(place["replay"]), node_of_resource(place["learner"]), node_of_resource("rlb_c")]
+    assert result["loop"]["launcher"]["name"] == "ray"
 
 
 @pytest.mark.parametrize("place", [["rlb_a", "rlb_b"], ["rlb_b"]], ids=["one-per-node", "packed"])

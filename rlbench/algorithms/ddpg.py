@@ -273,6 +273,18 @@ class DDPGLearner:
 
         return export_weights(self.actor)
 
+    CHECKPOINTED = ("actor", "critic", "target_actor", "target_critic", "actor_optimizer", "critic_optimizer")
+
+    def state_dict(self) -> dict[str, Any]:
+        from rlbench.algorithms.networks import state_of
+
+        return state_of(self, self.CHECKPOINTED)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from rlbench.algorithms.networks import load_state
+
+        load_state(self, self.CHECKPOINTED, state)
+
 
 class DDPG:
     name = "ddpg"

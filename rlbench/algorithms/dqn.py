@@ -246,6 +246,18 @@ class DQNLearner:
 
         return export_weights(self.q_network)
 
+    CHECKPOINTED = ("q_network", "target_network", "optimizer")  # with `updates`: what the next update reads
+
+    def state_dict(self) -> dict[str, Any]:
+        from rlbench.algorithms.networks import state_of
+
+        return state_of(self, self.CHECKPOINTED)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from rlbench.algorithms.networks import load_state
+
+        load_state(self, self.CHECKPOINTED, state)
+
 
 class DQN:
     name = "dqn"

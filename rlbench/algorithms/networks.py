@@ -76,3 +76,16 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float | torch.Tensor)
                 t.copy_(s)
         else:
             torch._foreach_lerp_(targets, sources, tau)
+
+
+def state_of(owner: object, names: Sequence[str]) -> dict[str, object]:
+    """A learner's checkpoint: the state dicts of its networks and optimizers `names`, its update count."""
+    return {**{name: getattr(owner, name).state_dict() for name in names}, "updates": owner.updates}
+
+
+def load_state(owner: object, names: Sequence[str], state: dict[str, object]) -> None:
+    """The inverse of state_of, into a learner built with the same configuration (its tensors stay its
+    own: values are copied in, on its device)."""
+    for name in names:
+        getattr(owner, name).load_state_dict(state[name])
+    owner.updates = int(state["updates"])

@@ -26,16 +26,16 @@ RAY = TransportCapabilities(max_message_bytes=32 * _MiB, reliable=True, ordered=
                             crosses_hosts=True)
 RAY_REQUIREMENT = "ray==2.60.0"  # the Ray that --launcher ray and the ray transport are tested with (scripts/setup.sh)
 
-UNIFORM = ReplayCapabilities(prioritized=False)
-PRIORITIZED = ReplayCapabilities(prioritized=True)
+UNIFORM = ReplayCapabilities(prioritized=False, checkpoints=True)
+PRIORITIZED = ReplayCapabilities(prioritized=True, checkpoints=True)
 
 CPU = ComputeCapabilities(roles=frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner",
                                            "qlearning:tabular", "sarsa:tabular"}), device="cpu")
 
 DQN = AlgorithmCapabilities(action_space="discrete", observation_space="continuous", loop="replay",
-                            prioritized_replay=True)
+                            prioritized_replay=True, checkpoints=True)
 DDPG = AlgorithmCapabilities(action_space="continuous", observation_space="continuous", loop="replay",
-                             prioritized_replay=True)
+                             prioritized_replay=True, checkpoints=True)
 TABULAR = AlgorithmCapabilities(action_space="discrete", observation_space="discrete", loop="tabular", offline=True,
                                 roles=("tabular",), placements=("local",))
 

@@ -151,6 +151,31 @@ class UniformReplay:
         self._updated_items += len(validated_update(indices, priorities, self._size)[0])
         self._updates += 1
 
+    # -- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that makes this memory again, as numpy arrays and JSON-able values (a run's
+        checkpoint stores it; `load_state_dict` restores it into a memory of the same capacity)."""
+        return {"arrays": {f"column.{name}": column[:self._size].copy() if self._size < self.capacity else column.copy()
+                           for name, column in self._columns.items()},
+                "meta": {"capacity": self.capacity, "size": self._size, "cursor": self._cursor,
+                         "rng": self._rng.bit_generator.state,
+                         "counters": [self._adds, self._add_calls, self._samples, self._sampled_items, self._updates,
+                                      self._updated_items]}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        meta, arrays = state["meta"], state["arrays"]
+        if meta["capacity"] != self.capacity:
+            raise ReplayError(f"a checkpoint of capacity {meta['capacity']} does not fit a memory of {self.capacity}")
+        columns = {name.removeprefix("column."): array for name, array in arrays.items() if name.startswith("column.")}
+        if columns:
+            self._allocate({name: array[:1] for name, array in columns.items()})
+            for name, array in columns.items():
+                self._columns[name][:len(array)] = array
+        self._size, self._cursor = int(meta["size"]), int(meta["cursor"])
+        self._rng.bit_generator.state = meta["rng"]
+        (self._adds, self._add_calls, self._samples, self._sampled_items, self._updates,
+         self._updated_items) = (int(v) for v in meta["counters"])
+
     def native_handle(self) -> NativeHandle | None:
         """What the replay node's fast path works on (see the module's notes); None for a subclass."""
         if type(self) not in (UniformReplay, PrioritizedReplay):
@@ -234,3 +259,19 @@ class PrioritizedReplay(UniformReplay):
         stats.update(alpha=self.alpha, total_priority=self._tree.total, min_priority=self._tree.min,
                      max_priority_seen=self._tree.max_priority)
         return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["arrays"]["priorities_alpha"] = self.priorities(np.arange(self._size))
+        state["meta"]["max_priority"] = self._tree.max_priority
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        stored = np.asarray(state["arrays"]["priorities_alpha"], dtype=np.float64)
+        indices = np.arange(len(stored), dtype=np.int64)
+        # the tree keeps priorities**alpha; it is given raw priorities back (exact to rounding)
+        raw = stored if self.alpha == 0 else np.power(stored, 1.0 / self.alpha)
+        if len(indices):
+            self._call_update(indices[:1], np.array([state["meta"]["max_priority"]]), self._size, "restore")
+            self._call_update(indices, raw, self._size, "restore")  # (the first raises the largest seen to its old value)

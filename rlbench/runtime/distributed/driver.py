@@ -60,7 +60,9 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     killed. When the node itself is gone, accounting uses what the launcher last polled.
     """
     secret = secrets.token_bytes(32)  # the run's: the node's; every other role gets its own key; never printed or stored
-    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options)
+    resume_from, resumes = _checkpoints(config, budget)
+    base = RoleSpec(role="", config=dataclasses.asdict(config), total_steps=budget.total_steps, options=plan.options,
+                    resume_from=resume_from, resumes=resumes)
     base.config["replay"] = plan.replay.name
 
     def role(name: str, address: str, index: int = 0, **group: Any) -> RoleSpec:
@@ -173,6 +175,25 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     return outcome
 
 
+def _checkpoints(config: Any, budget: Budget) -> tuple[str, int]:
+    """(the checkpoint folder a --resume continues from or "", the run's resumes so far); a run that
+    checkpoints writes its manifest first, so a run killed before its first checkpoint is known too."""
+    from rlbench.runtime import checkpoint
+
+    resume_from, resumes = "", 0
+    if config.resume:
+        resume_from = checkpoint.latest(config.resume)["path"]
+        resumes = checkpoint.read_manifest(config.resume).get("resumes", 0) + 1
+    if config.checkpoint_every:
+        run = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUME_OWN}
+        checkpoint.write_manifest(config.checkpoint_dir, run, budget.total_steps, resumes)
+    return resume_from, resumes
+
+
+# What a resumed run takes from its own command line, not from the run it continues.
+RESUME_OWN = ("resume", "launcher", "ray_address", "place", "bind", "out")
+
+
 def run_layout(config: Any, plan: Any) -> transitions.Layout:
     """The transitions this run's actors produce, from its environment's spec (one environment built
     here, as the launcher's pre-flight does): the replay node refuses any other layout."""
@@ -239,7 +260,9 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
                         unaccounted)
     learner = reports.get("learner", {})  # learner 0's: every learner of a group makes the same updates
     learner_reports = [r for name, r in reports.items() if name == "learner" or name.startswith("learner-")]
-    stats = LoopStats(env_steps=counted["produced"], updates=learner.get("updates", 0),
+    resumed = (node_report or {}).get("resumed_from")
+    before = resumed["env_steps"] if resumed else 0  # a resumed run's own work starts at its checkpoint's step
+    stats = LoopStats(env_steps=counted["produced"] - before, updates=learner.get("updates", 0),
                       samples=sum(r.get("samples", 0) for r in learner_reports))
     groups = [r["group"] for r in learner_reports if "group" in r]
     if groups:  # several learners: whether they stayed identical is measured, not assumed
@@ -256,6 +279,12 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
         stats.extra["rate_limiter"] = node_report["rate_limiter"]
         stats.extra["queue_depths"] = node_report["queue_depths"]
         stats.extra["replay_memory"] = node_report["memory"]
+    if node_report:
+        stats.extra["checkpoints"] = node_report.get("checkpoints", [])
+        if resumed:
+            stats.extra["resumed_from"] = resumed
+    if learner.get("checkpoint_failed"):
+        failures.append(learner["checkpoint_failed"])
     stats.extra["roles"] = roles
     stats.extra["time_split"] = {name: r["time_split"] for name, r in reports.items() if "time_split" in r}
     stats.extra["weights_staleness"] = {name: r.get("staleness") for name, r in reports.items() if name.startswith("actor-")}

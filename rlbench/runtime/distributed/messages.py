@@ -95,7 +95,7 @@ connection as the launcher.
 
 Who may send what (ALLOWED_ROLES): only an authenticated peer sends anything but HELLO/AUTH;
 actors INSERT; the learner SAMPLEs, updates priorities and credit; the learner and the launcher
-PUBLISH_PARAMS; STATS, FINISH and SHUTDOWN are the launcher's.
+PUBLISH_PARAMS; STATS, FINISH and SHUTDOWN are the launcher's; CHECKPOINT is learner 0's.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ class Op(enum.IntEnum):
     OK = 22
     ERROR = 23
     FINISH = 24
+    CHECKPOINT = 25
 
 
 ROLES = ("actor", "learner", "launcher")
@@ -168,6 +169,7 @@ ALLOWED_ROLES: dict[Op, frozenset[str]] = {
     Op.BYE: frozenset({"actor", "learner"}),
     Op.SHUTDOWN: frozenset({"launcher"}),
     Op.FINISH: frozenset({"launcher"}),
+    Op.CHECKPOINT: frozenset({"learner"}),  # learner 0's only: the node checks the index
 }
 
 # Bounds a well-behaved peer never comes near; a value outside is an error, not a 2**40-row request.
@@ -279,6 +281,8 @@ SCHEMAS: dict[Op, Schema] = {
     Op.OK: Schema({}),
     Op.ERROR: Schema({"message": Text(65536)}),
     Op.FINISH: Schema({"reason": Text(4096)}),
+    # a checkpoint's number only: where it goes is the node's own setting (rlbench/runtime/checkpoint.py)
+    Op.CHECKPOINT: Schema({"number": COUNT}),
 }
 assert set(SCHEMAS) == set(Op)
 

@@ -150,6 +150,11 @@ class ReplayClient:
         self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
         self._took("weights.PUBLISH", started, cpu_started)
 
+    def checkpoint(self, number: int) -> None:
+        """Learner 0: the node writes its half of checkpoint `number` (the learner's is written) and
+        moves LATEST to it (rlbench/runtime/checkpoint.py)."""
+        self.channel.request(Op.CHECKPOINT, {"number": int(number)})
+
     # ---------------------------------------------------------------------------------- anyone
     def bye(self, report: dict[str, Any]) -> None:
         """Leave, handing the node this role's final counters."""

@@ -46,6 +46,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,7 @@ class NodeSettings:
     secret: bytes | None = field(default=None, repr=False)  # the run's; None: no authentication (benchmarks only)
     fast_path: bool = True  # serve the core memories' hot ops natively when rlbench._wire is built
     layout: transitions.Layout | None = None  # the run's transitions (None: the first INSERT fixes them)
+    checkpoint_dir: str | None = None  # where learner 0's CHECKPOINTs go (rlbench/runtime/checkpoint.py); None: refused
 
 
 @dataclass
@@ -128,7 +130,7 @@ class NodeState:
     params_version: int = -1
     reports: dict[str, Any] = field(default_factory=dict)
     first_insert_t: float | None = None  # perf_counter of the first INSERT (after the roles started)
-    first_insert_n: int = 0
+    first_insert_n: int = 0  # produced, counted with the first INSERT
     last_insert_t: float | None = None
 
 
@@ -164,6 +166,8 @@ class ReplayNode:
         self.cpu_thread0 = time.thread_time_ns()  # the serving thread's own CPU clock, from serve() on
         self._message_t0 = 0  # perf_counter_ns when the message being handled arrived
         self._sent_ns = 0  # time in the transport's send while handling it (the wire's, not the node's)
+        self.resumed_from: dict[str, Any] | None = None  # the checkpoint this node continues (restore)
+        self.checkpoints: list[dict[str, Any]] = []  # the ones it wrote: number, env steps, seconds
         self.fast, self.fast_path_note = self._fast_path()
 
     # ------------------------------------------------------------------------------------ loop
@@ -433,7 +437,7 @@ class ReplayNode:
         peer.stored += n
         now = time.perf_counter()
         if state.first_insert_t is None:
-            state.first_insert_t, state.first_insert_n = now, n
+            state.first_insert_t, state.first_insert_n = now, state.produced + n
         state.last_insert_t = now
         state.produced += n
         state.stored += n
@@ -530,10 +534,54 @@ class ReplayNode:
         self.shutdown = True
         self._reply(peer_id, Op.OK, None, request_id)
 
+    # ------------------------------------------------------------------------------ checkpoints
+    def _on_checkpoint(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
+        from rlbench.runtime import checkpoint
+
+        number = int(arrays["number"])
+        if peer.index != 0:
+            raise Refused("only learner 0 starts checkpoints", "refused.checkpoint")
+        if self.settings.checkpoint_dir is None:
+            raise Refused("this run was started without a checkpoint directory", "refused.checkpoint")
+        if self.checkpoints and number <= self.checkpoints[-1]["number"]:
+            raise Refused(f"checkpoint {number} is not newer than {self.checkpoints[-1]['number']}", "refused.checkpoint")
+        started = time.perf_counter()
+        record = checkpoint.save_replay(self.settings.checkpoint_dir, number, self.checkpoint_state(), self.memory)
+        self.checkpoints.append({"number": number, "env_steps": record["env_steps"],
+                                 "learner_updates": record["learner_updates"],
+                                 "seconds": round(time.perf_counter() - started, 4)})
+        self._reply(peer_id, Op.OK, None, request_id)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What the node restores from besides its memory: counters, the limiter's counts, the newest
+        weights, what it stored per role, how often the run was resumed."""
+        s = self.state
+        return {"produced": s.produced, "stored": s.stored, "learner_updates": s.learner_updates,
+                "params_version": s.params_version, "params": dict(s.params),
+                "limiter": {"inserts": self.limiter.inserts, "samples": self.limiter.samples},
+                "stored_by": _summed((self.resumed_from or {}).get("stored_by", {}), self._stored_by()),
+                "resumes": (self.resumed_from or {}).get("resumes", 0), "written_at": time.time()}
+
+    def restore(self, saved: dict[str, Any], checkpoint_path: str) -> None:
+        """Continue from a checkpoint's node state (its memory already restored, before serving)."""
+        s = self.state
+        s.produced, s.stored, s.learner_updates = saved["produced"], saved["stored"], saved["learner_updates"]
+        self.limiter.inserts, self.limiter.samples = saved["limiter"]["inserts"], saved["limiter"]["samples"]
+        if saved["params"]:
+            self.state.params = saved["params"]
+            s.params_version = saved["params_version"]
+            self.params_message = messages.joined(messages.encode(Op.PARAMS, {"version": np.int64(s.params_version),
+                                                                              **s.params}))
+        self.resumed_from = {"checkpoint": Path(checkpoint_path).name, "directory": str(Path(checkpoint_path).parent),
+                             "env_steps": saved["produced"], "stored": saved["stored"],
+                             "learner_updates": saved["learner_updates"], "written_at": saved["written_at"],
+                             "stored_by": saved["stored_by"], "resumes": saved.get("resumes", 0) + 1}
+        self._check_deadline()
+
     _handlers = {Op.HELLO: _on_hello, Op.AUTH: _on_auth, Op.INSERT: _on_insert, Op.SAMPLE: _on_sample,
                  Op.UPDATE_PRIORITIES: _on_update_priorities, Op.CREDIT: _on_credit, Op.PUBLISH_PARAMS: _on_publish,
                  Op.FETCH_PARAMS: _on_fetch, Op.STATUS: _on_status, Op.STATS: _on_stats, Op.BYE: _on_bye,
-                 Op.FINISH: _on_finish, Op.SHUTDOWN: _on_shutdown}
+                 Op.FINISH: _on_finish, Op.SHUTDOWN: _on_shutdown, Op.CHECKPOINT: _on_checkpoint}
 
     # --------------------------------------------------------------------------- rate limiting
     def _batch(self, batch_size: int, beta: float, request_id: int = 0, *, timed: bool = False) -> list[Any]:
@@ -670,7 +718,17 @@ class ReplayNode:
             "fast_path": {"on": True, "served": self.fast.handled} if self.fast is not None
             else {"on": False, "why": self.fast_path_note},
             "reports": s.reports,
+            "resumed_from": self.resumed_from,
+            "checkpoints": self.checkpoints,
         }
+
+
+def _summed(*counts: dict[str, int]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for name, n in count.items():
+            total[name] = total.get(name, 0) + n
+    return total
 
 
 def _rss_bytes() -> int:

@@ -7,6 +7,7 @@ rebuilds its components by name from the registry and returns a JSON-able report
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from rlbench.config import RunConfig, apply_overrides
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import CPU_SAMPLE_EVERY, CpuMeter, Recorder, time_split
 from rlbench.plugins import get_registry
-from rlbench.runtime import transitions
+from rlbench.runtime import checkpoint, transitions
 from rlbench.runtime.distributed.channel import Channel, RemoteError
 from rlbench.runtime.distributed.messages import WireError, role_name
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
@@ -60,6 +61,10 @@ class RoleSpec:
     rendezvous: str = ""
     host: str = "127.0.0.1"
     cpus: int = 1  # the CPUs the role is given: its thread pools' size
+    # --resume: the checkpoint folder the replay node and the learners continue from, and how many
+    # times the run was resumed before (actors explore with new seeds each time)
+    resume_from: str = ""
+    resumes: int = 0
 
     @property
     def name(self) -> str:
@@ -120,13 +125,17 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     memory_component = registry.get("replay", config.replay)
     memory = memory_component.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
                                      **spec.options.get("replay", {}))
+    saved = checkpoint.load_replay(spec.resume_from, memory) if spec.resume_from else None
     listener = transport.listen(spec.address or None)
-    announce(listener.address)
     limiter = rate_limiter_for(hp, config.actors)
     limit = min(capabilities.max_message_bytes, getattr(transport, "max_message_bytes", capabilities.max_message_bytes))
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
-                            seconds=config.seconds, max_message_bytes=limit, secret=spec.secret, layout=spec.layout)
+                            seconds=config.seconds, max_message_bytes=limit, secret=spec.secret, layout=spec.layout,
+                            checkpoint_dir=config.checkpoint_dir if config.checkpoint_every else None)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
+    if saved is not None:
+        node.restore(saved, spec.resume_from)
+    announce(listener.address)  # (once it is ready: a role that fails to start says why, not a closed connection)
     try:
         return node.serve()
     finally:
@@ -138,7 +147,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     t0, cpu0 = time.perf_counter(), os.times()
     registry, config, algorithm, hp = _components(spec)
     transport, capabilities = _transport(registry, spec)
-    seed = config.seed + 7919 * (spec.index + 1)  # actors explore differently
+    seed = config.seed + 7919 * (spec.index + 1) + 104729 * spec.resumes  # actors explore differently
     env = registry.get("environment", config.env).create(num_envs=config.num_envs, seed=seed,
                                                          **spec.options.get("environment", {}))
     compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
@@ -236,6 +245,36 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     return report
 
 
+class Checkpoints:
+    """Learner 0's checkpoint clock (--checkpoint-every): every so many seconds, between two updates,
+    its half of the next checkpoint, then the node's (rlbench/runtime/checkpoint.py)."""
+
+    def __init__(self, config: RunConfig, spec: RoleSpec) -> None:
+        on = bool(config.checkpoint_every) and spec.index == 0 and spec.role == "learner"
+        self.every = config.checkpoint_every if on else None
+        self.directory = config.checkpoint_dir
+        self.number = int(os.path.basename(spec.resume_from).removeprefix("ckpt-")) if spec.resume_from else 0
+        self.at = time.monotonic() + self.every if self.every else math.inf
+        self.seconds = 0.0  # the learner's time in checkpoints, both halves
+        self.failed = ""  # why checkpoints stopped (the run goes on without them)
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def write(self, client: ReplayClient, learner: Any, cpu: CpuMeter) -> None:
+        started, cpu_started = time.perf_counter_ns(), time.thread_time_ns()
+        self.number += 1
+        try:
+            checkpoint.save_learner(self.directory, self.number, learner)
+            client.checkpoint(self.number)
+            self.at = time.monotonic() + self.every
+        except (OSError, RemoteError) as exc:  # a full disk, a directory the node cannot see: said, not fatal
+            self.failed = f"checkpoint {self.number} failed: {type(exc).__name__}: {exc}"
+            self.at = math.inf
+        self.seconds += (time.perf_counter_ns() - started) / 1e9
+        cpu.add("checkpoint", time.thread_time_ns() - cpu_started)
+
+
 def _leave(client: ReplayClient, report: dict[str, Any], lost: str) -> None:
     """Say goodbye with the final counters, unless the node is gone."""
     try:
@@ -290,6 +329,9 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     probe_env.close()
     compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
     learner = algorithm.make_learner(env_spec, compute, hp, config.seed)
+    if spec.resume_from:  # every learner of a group loads the same state: they stay identical
+        checkpoint.load_learner(spec.resume_from, learner)
+    checkpoints = Checkpoints(config, spec)
     group = None
     if spec.learners > 1:
         policy = registry.get("policy", config.policy).create()
@@ -336,6 +378,8 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
                                      credit=1 if in_network else None, beta=beta)
             if publishes and updates % hp.publish_every == 0:
                 client.publish_params(learner.weights(), learner.updates)
+            if checkpoints.due():
+                checkpoints.write(client, learner, cpu)
         if publishes:
             client.publish_params(learner.weights(), learner.updates)  # final weights, for evaluation
     except NODE_LOST as exc:
@@ -345,14 +389,18 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
             raise
         lost = f"lost a learner of its group: {type(exc).__name__}: {exc}"
     measured = client.blocked_s()
+    measured["checkpoint"] = checkpoints.seconds
     if group is not None:  # the group's collectives ran inside the algorithm's update: their own line
         measured["allreduce"] = (group.allreduce_ns + group.agreement_ns) / 1e9
         measured["learner"] = -measured["allreduce"]
     cpu.add_seconds(client.cpu_s())
     split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, measured, cpu)
-    report = {"role": spec.name, "updates": updates, "samples": samples, "histograms": _histograms(recorder),
+    report = {"role": spec.name, "updates": updates, "updates_total": learner.updates, "samples": samples,
+              "histograms": _histograms(recorder),
               "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
               "threads": threads_in_use(), **_times(t0, cpu0)}
+    if checkpoints.failed:
+        report["checkpoint_failed"] = checkpoints.failed
     if group is not None:
         report["group"] = group.report()
         group.close()

@@ -1,0 +1,184 @@
+"""Issue #24 item 3: checkpoints of a distributed run (the learner and the replay node, atomically)
+and `rlbench run --resume DIR`, down to a run SIGKILLed mid-way and resumed to its step count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import killed_mid_way, run_cli
+from rlbench.builtin.replay import PrioritizedReplay, UniformReplay
+from rlbench.config import RunConfig
+from rlbench.errors import RlbenchError
+from rlbench.runtime import checkpoint
+from rlbench.runtime.checkpoint import CheckpointError
+
+SHORT = {"learning_starts": 200, "batch_size": 32}
+
+
+def transitions(n: int, start: int = 0) -> dict[str, np.ndarray]:
+    rows = np.arange(start, start + n)
+    return {"obs": np.stack([rows, -rows], 1).astype(np.float32), "action": rows % 2,
+            "reward": rows.astype(np.float32), "next_obs": np.stack([rows + 1, -rows], 1).astype(np.float32),
+            "done": (rows % 7 == 0).astype(np.float32)}
+
+
+def filled(memory, rounds: int = 5):
+    for i in range(rounds):  # more than the capacity: the ring has wrapped
+        memory.add(transitions(40, 40 * i))
+        if hasattr(memory, "priorities"):
+            sample = memory.sample(16, 0.5)
+            memory.update_priorities(sample.indices, np.linspace(0.1, 3.0, 16) + i)
+    return memory
+
+
+# ------------------------------------------------------------------------------------ the memories
+@pytest.mark.parametrize("kind", [UniformReplay, PrioritizedReplay])
+def test_a_restored_memory_stores_and_samples_what_the_saved_one_would(kind, tmp_path):
+    saved = filled(kind(150, alpha=0.6, seed=3))
+    restored = kind(150, alpha=0.6, seed=99)  # another seed: the generator's state comes from the checkpoint
+    state = saved.state_dict()
+    restored.load_state_dict(state)
+    assert len(restored) == len(saved) == 150
+    for memory in (saved, restored):  # the same next add lands in the same slots
+        memory.add(transitions(10, 1000))
+    a, b = saved.sample(64, 0.4), restored.sample(64, 0.4)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_allclose(a.weights, b.weights, rtol=1e-5)
+    for name in a.transitions:
+        np.testing.assert_array_equal(a.transitions[name], b.transitions[name])
+    assert saved.stats()["adds"] == restored.stats()["adds"]
+    if kind is PrioritizedReplay:
+        indices = np.arange(150)
+        np.testing.assert_allclose(restored.priorities(indices), saved.priorities(indices), rtol=1e-6)
+        assert restored.stats()["max_priority_seen"] == pytest.approx(saved.stats()["max_priority_seen"])
+
+
+def test_a_memory_of_another_capacity_refuses_the_checkpoint():
+    from rlbench.kit.replay import ReplayError
+
+    with pytest.raises(ReplayError, match="capacity 150 does not fit a memory of 100"):
+        UniformReplay(100).load_state_dict(filled(UniformReplay(150)).state_dict())
+
+
+# ------------------------------------------------------------------------------------ the learner
+@pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1")])
+def test_a_restored_learner_makes_the_same_next_updates(algo, env, tmp_path):
+    from rlbench.plugins import get_registry
+    from rlbench.protocols import Sample
+    from rlbench.config import apply_overrides
+
+    registry = get_registry()
+    algorithm = registry.get("algorithm", algo).create()
+    hp = apply_overrides(algorithm.Config, {"batch_size": 16})
+    environment = registry.get("environment", env).create(num_envs=1, seed=0)
+    spec = environment.spec
+    environment.close()
+    compute = registry.get("compute", "cpu").create()
+    rng = np.random.default_rng(0)
+
+    def batch() -> Sample:
+        obs = rng.normal(size=(16, *spec.observation_shape)).astype(np.float32)
+        action = (rng.integers(0, spec.n_actions, 16) if spec.n_actions else
+                  rng.uniform(-1, 1, (16, *spec.action_shape)).astype(np.float32))
+        return Sample(np.arange(16), {"obs": obs, "action": action, "reward": rng.normal(size=16).astype(np.float32),
+                                      "next_obs": obs + 0.1, "done": np.zeros(16, np.float32)}, np.ones(16, np.float32))
+
+    first = algorithm.make_learner(spec, compute, hp, seed=1)
+    for _ in range(5):
+        first.update(batch())
+    checkpoint.save_learner(tmp_path, 1, first)
+    second = algorithm.make_learner(spec, compute, hp, seed=2)  # other initial weights: all come from the file
+    checkpoint.load_learner(checkpoint.folder(tmp_path, 1), second)
+    assert second.updates == first.updates == 5
+    for _ in range(4):  # Adam's moments, the target networks and the update count all matter here
+        sample = batch()
+        p1, _ = first.update(sample)
+        p2, _ = second.update(sample)
+        np.testing.assert_array_equal(np.asarray(p1), np.asarray(p2))
+    for w1, w2 in zip(first.weights(), second.weights()):
+        np.testing.assert_array_equal(w1, w2)
+
+
+# ------------------------------------------------------------------------------------ the folder
+def test_latest_moves_only_when_both_halves_are_whole_and_old_checkpoints_go(tmp_path):
+    class Learner:
+        updates = 3
+
+        def state_dict(self):
+            return {"updates": self.updates}
+
+    memory = filled(PrioritizedReplay(100, seed=0), 2)
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        checkpoint.latest(tmp_path)
+    with pytest.raises(CheckpointError, match="shared filesystem"):  # the learner's half is not there
+        checkpoint.save_replay(tmp_path, 1, {"produced": 80, "learner_updates": 3}, memory)
+    assert not (tmp_path / checkpoint.LATEST).exists()
+    for number in (1, 2, 3):
+        checkpoint.save_learner(tmp_path, number, Learner())
+        checkpoint.save_replay(tmp_path, number, {"produced": 80 * number, "learner_updates": 3, "params": {}}, memory)
+    checkpoint.save_learner(tmp_path, 4, Learner())  # killed here: the node never wrote its half of 4
+    newest = checkpoint.latest(tmp_path)
+    assert newest["number"] == 3 and newest["env_steps"] == 240 and newest["path"].endswith("ckpt-000003")
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-000002", "ckpt-000003", "ckpt-000004"]
+    assert not list(tmp_path.rglob("*.tmp"))
+    restored = PrioritizedReplay(100, seed=5)
+    node = checkpoint.load_replay(newest["path"], restored)
+    assert node["produced"] == 240 and len(restored) == len(memory)
+
+
+def test_checkpoints_are_refused_where_a_run_cannot_keep_them(tmp_path):
+    from rlbench.plugins import get_registry
+    from rlbench.runner import check, run
+
+    def refused(match: str, **kw):
+        with pytest.raises(RlbenchError, match=match):
+            check(RunConfig(**kw), get_registry())
+
+    refused("placement local has neither", checkpoint_every=5.0)
+    refused("positive number of seconds", checkpoint_every=-1.0, placement="server", transport="tcp")
+    refused("--checkpoint-dir says where --checkpoint-every writes", checkpoint_dir=str(tmp_path))
+    refused("replay memory memmap cannot be checkpointed.*that can: uniform, prioritized", replay="memmap",
+            checkpoint_every=5.0, placement="server", transport="tcp")
+    refused("--resume checkpoints a distributed run", resume=str(tmp_path))
+    other = tmp_path / "other"
+    checkpoint.write_manifest(other, RunConfig(placement="server", transport="tcp", checkpoint_every=1.0).to_dict(), 100, 0)
+    with pytest.raises(CheckpointError, match="holds another run's checkpoints.*--resume"):
+        run(RunConfig(placement="server", transport="tcp", checkpoint_every=1.0, checkpoint_dir=str(other), out=None))
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        run(checkpoint.resumed_config(other))
+    with pytest.raises(CheckpointError, match="not a checkpoint directory"):
+        checkpoint.resumed_config(tmp_path / "nothing")
+    said = run_cli("run", "--resume", str(other), "--algo", "ddpg", "--no-out")
+    assert said.returncode == 2 and "--algo: --resume continues the run" in said.stderr
+
+
+# ------------------------------------------------------------------------------------ kill, resume
+def test_a_run_sigkilled_mid_way_resumes_from_its_checkpoint_and_finishes_with_exact_accounting(tmp_path):
+    directory = tmp_path / "ckpt"
+    steps = 6000
+    record = killed_mid_way(directory, "--placement", "server", "--transport", "tcp", "--actors", "2",
+                            "--steps", str(steps), "--hp", "learning_starts=200", "--hp", "batch_size=32",
+                            "--checkpoint-every", "0.3", at_env_steps=2000)
+    said = run_cli("run", "--resume", str(directory), "--json", "--no-out", timeout=180)
+    assert said.returncode == 0, said.stderr[-3000:]
+    result = json.loads(said.stdout)
+    assert result["status"] == "complete", result["status_reason"]
+    resumed = result["resumed_from"]
+    assert resumed["checkpoint"] == Path(record["path"]).name and resumed["resumes"] == 1
+    assert resumed["env_steps"] == record["env_steps"] >= 2000
+    accounting = result["accounting"]
+    assert accounting["balanced"] and accounting["dropped"] == 0
+    # the budget, and at most what each actor had in flight and its last chunk past it
+    assert steps <= accounting["produced"] <= steps + 2 * 2 * 128
+    assert resumed["env_steps"] + result["throughput"]["env_steps"] == accounting["produced"]
+    learner = result["loop"]["roles"]["learner"]
+    assert learner["updates_total"] == resumed["learner_updates"] + learner["updates"]
+    assert result["config"]["steps"] == steps and result["config"]["actors"] == 2  # the run as it was configured
+    assert result["checkpoints"]["directory"] == str(directory) and result["checkpoints"]["written"]
+    assert result["checkpoints"]["written"][0]["number"] == int(resumed["checkpoint"][5:]) + 1
+    manifest = checkpoint.read_manifest(directory)
+    assert manifest["resumes"] == 1 and manifest["total_steps"] == steps
