@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rlbench.errors import RlbenchError
-from rlbench.report.sweep import FAILURE_SCHEMA
+
+FAILURE_SCHEMA = "rlbench.sweep-failure/1"  # a study's record of a cell that failed (rlbench sweep writes it)
 
 IGNORED_CONFIG = ("seed", "out", "total_steps")  # not what a combination is about
 

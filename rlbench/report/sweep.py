@@ -56,8 +56,7 @@ from typing import Any, Callable
 
 from rlbench.config import FILE_FIELDS, RunConfig, parse_value, read_toml, run_fields, to_toml
 from rlbench.errors import RlbenchError, UnknownComponentError
-
-FAILURE_SCHEMA = "rlbench.sweep-failure/1"
+from rlbench.report.collect import FAILURE_SCHEMA
 SWEEP_KEYS = ("name", "seeds", "target_return", "target_window", "reference_scores")
 DEFAULT_SEEDS = 5
 DEFAULT_WINDOW = 10
