@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from support import run_cli
 
 import rlbench
 from rlbench.errors import RlbenchError
-from rlbench.plan import model, planner, profile
+from rlbench.plan import measure, model, planner, profile, validation
 from rlbench.plan.model import Mapping, Power, Schedule
 
 HANDMADE = Path(__file__).parent / "plan_profiles" / "handmade.json"
@@ -44,70 +45,112 @@ def dqn_mapping(**fields) -> Mapping:
 
 
 # ----------------------------------------------------------------------------------- the model
-def test_local_prediction_is_the_sum_of_step_and_update_costs_with_calibrated_loop_costs():
+def test_local_prediction_splits_step_and_update_costs_with_two_calibration_runs():
     figures = job_figures(handmade())
-    # micro: inference 10 + env 10 + add 10 = 30 per step; calibration 40 -> loop 10 per step.
-    # update: learn 800 + sample 10 + priorities 5 + publish 40 = 855; calibration 900 -> loop 45.
+    # calibration: k = 1 at 940 us per step, k = 100 at 49 -> s = 40 per step and u = 900 per update in situ
+    costs = model.local_costs(figures)
+    assert (costs.step, costs.update) == (pytest.approx(40.0), pytest.approx(900.0))
     prediction = model.predict_local(dqn_mapping(), figures, Schedule(batch_size=128, train_every=1))
     assert prediction.env_steps_per_s == pytest.approx(1e6 / (40 + 900))
     assert prediction.updates_per_s == pytest.approx(prediction.env_steps_per_s)
     assert prediction.bottleneck.startswith("one process: learner update")
-    # every 4 env steps: the update's 900 us is shared by 4 steps; uniform replay saves its differences
+    # every 4 env steps, uniform replay: its micro differences from the calibrated memory (add 5 less,
+    # one update's memory work 10 less) move the in-situ costs
     every4 = model.predict_local(dqn_mapping(replay="uniform"), figures, Schedule(batch_size=128, train_every=4))
-    step = (10 + 10 + 5) + 10
-    update = (800 + 5 + 0 + 40) + 45
-    assert every4.env_steps_per_s == pytest.approx(1e6 / (step + update / 4))
+    assert every4.env_steps_per_s == pytest.approx(1e6 / ((40 - 5) + (900 - 10) / 4))
     assert every4.updates_per_s == pytest.approx(every4.env_steps_per_s / 4)
-    assert every4.warm_env_steps_per_s == pytest.approx(1e6 / step)
+    # without the actor-heavy run the warm-up's step stands in for s: the same here, by construction
+    del job_figures(document := handmade())["calibration"]["local/actor-heavy"]
+    fallback = model.local_costs(job_figures(document))
+    assert (fallback.step, fallback.update) == (pytest.approx(40.0), pytest.approx(900.0))
 
 
-def test_distributed_learner_bound_mapping_names_the_learner():
-    figures, host = job_figures(handmade()), handmade()["hosts"][HOST]
-    prediction = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host,
-                                           Schedule(batch_size=128, train_every=1))
-    # learner: learn 800 + loop 50 (950 calibrated - 820 own - 80 SAMPLE) + priorities 10 + publish 10 + SAMPLE 80
+def test_distributed_learner_period_is_the_calibrated_learners_lines_plus_what_this_mapping_changes():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    prediction = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host, schedule)
+    # the calibrated learner: update 800 + wait 100 + weight sends 10 + loop 40
     assert prediction.bounds["learner"] == pytest.approx(1e6 / 950)
     assert prediction.env_steps_per_s == pytest.approx(1e6 / 950)
-    assert prediction.bottleneck.startswith("learner")
-    # actor: inference 10 + env 10 + loop 10 + (INSERT 100 - node 40 + a FETCH 60 after every INSERT) / 128
-    assert prediction.bounds["actors (1)"] == pytest.approx(1e6 / (30 + 120 / 128))
-    # node: (INSERT 40 + FETCH 20) / 128 + batch 30 + priorities 10 + publish 10 per update
+    assert prediction.bottleneck.startswith("learner: update")
+    # a memory whose per-update work in the node (cycle) costs 50 us more lies on the learner's path
+    document["hosts"][HOST]["jobs"]["dqn CartPole-v1"]["replay"]["uniform"]["cycle_us"] = 15.0 + 50.0
+    slower = model.predict_distributed(dqn_mapping(placement="server", transport="shm", replay="uniform"), figures,
+                                       host, schedule)
+    assert slower.bounds["learner"] == pytest.approx(1e6 / 1000)
+    # publishing every 10 updates instead of every one saves 9/10 of the learner's 10 us of weight sends
+    # and of the node's 10 us on its path
+    sparse = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host,
+                                       Schedule(batch_size=128, train_every=1, publish_every=10))
+    assert sparse.bounds["learner"] == pytest.approx(1e6 / (950 - 9 - 9))
+    # the actor, running free: its calibrated step, plus a FETCH (60) and a load (40) after every INSERT of 128
+    assert prediction.bounds["actors (1)"] == pytest.approx(1e6 / (30.46875 + 100 / 128))
+    # the node: (INSERT 40 + FETCH 20) / 128 + batch 30 + priorities 10 + weights 10 per update
     assert prediction.bounds["replay node"] == pytest.approx(1e6 / (60 / 128 + 50))
 
 
-def test_in_network_overlaps_sampling_with_learning_and_waits_only_for_the_excess():
-    figures, host = job_figures(handmade()), handmade()["hosts"][HOST]
+def test_in_network_hides_sampling_behind_learning_and_waits_only_for_the_excess():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
     mapping = dqn_mapping(placement="in-network", transport="shm")
-    prediction = model.predict_distributed(mapping, figures, host, Schedule(batch_size=128, train_every=1))
-    # own work 800 + loop 50 + 10 + 10 = 870 hides the 90 us push round: only the 8 us receive remains
-    assert prediction.bounds["learner"] == pytest.approx(1e6 / (870 + 8))
-    slow = handmade()  # a node whose round takes longer than the learner's work: the learner waits the rest
-    job_figures(slow)["replay_node"]["shm/in-network"]["push_round_us"] = 1200.0
-    job_figures(slow)["calibration"]["shm/in-network"]["update_us"] = 820 + 8 + (1200 - 820) + 50  # same loop: 50
-    waiting = model.predict_distributed(mapping, job_figures(slow), slow["hosts"][HOST],
-                                        Schedule(batch_size=128, train_every=1))
-    assert waiting.bounds["learner"] == pytest.approx(1e6 / (870 + 8 + (1200 - 870)))
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    prediction = model.predict_distributed(mapping, figures, host, schedule)
+    assert prediction.bounds["learner"] == pytest.approx(1e6 / (800 + 28 + 10 + 40))
+    # a transport whose push round (1,200 us) outlasts the learner's own work (860 with its send):
+    # the learner waits the rest, 340 us, beyond what the calibration waited
+    figures["replay_node"]["tcp/in-network"] = {**figures["replay_node"]["shm/in-network"], "transport": "tcp",
+                                                "push_round_us": 1200.0}
+    waiting = model.predict_distributed(dqn_mapping(placement="in-network", transport="tcp"), figures, host, schedule)
+    assert waiting.bounds["learner"] == pytest.approx(1e6 / (878 + 340))
     assert waiting.bottleneck.startswith("learner: update")
 
 
-def test_actors_are_the_bottleneck_until_the_cores_run_out_and_the_knee_is_there():
+def test_cores_run_out_past_the_actors_knee_and_the_saturated_run_sets_kappa():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
-    light = Schedule(batch_size=128, train_every=1000)  # the learner is idle most of the time
-    rates = []
+    assert model.distributed_calibration(figures, "server", 2).kappa == pytest.approx(0.25)
+    light = Schedule(batch_size=128, train_every=1000, publish_every=1)  # the learner is idle most of the time
+    curve = []
     for actors in (1, 2, 3, 4):
         p = model.predict_distributed(dqn_mapping(placement="server", transport="shm", actors=actors), figures, host,
                                       light)
-        rates.append((actors, p.env_steps_per_s))
-        if actors == 1:
-            fetches = 128 / 1000
-            assert p.bottleneck == "actors (1)"
-            assert p.env_steps_per_s == pytest.approx(1e6 / (30 + (60 + fetches * 60) / 128))
-        else:
-            assert p.bottleneck == "CPU (2 cores)"
+        curve.append((actors, p))
+        fetches = min(1.0, actors * 128 / 1000)
+        a = 30.46875 + fetches * 100 / 128
+        assert p.actor_supply == pytest.approx(1e6 / a)
+        if actors == 1:  # two processes on two cores: the actor's supply binds
+            assert p.bottleneck == "actors (1)" and p.env_steps_per_s == pytest.approx(1e6 / a)
+        else:  # more processes than cores: the CPU binds, every role's work 1.25x dearer
+            v = 40 / 128 + fetches * 20 / 128 + 40 / 1000 + 10 / 1000
+            assert p.bottleneck.startswith("CPU (2 cores)")
+            assert p.env_steps_per_s == pytest.approx(2e6 / ((a + 850 / 1000 + v) * 1.25))
             assert p.busy_cores == pytest.approx(2.0)
-    assert model.knee(rates) == 2  # the host's cores: a third actor adds (almost) nothing
-    assert rates[2][1] < rates[1][1] * 1.05
+    assert model.supply_knee(curve) == 2  # 2 actors supply more than the cores let through
+    document = handmade()
+    del job_figures(document)["calibration"]["shm/server/saturated"]
+    assert model.distributed_calibration(job_figures(document), "server", 2).kappa == 0.0
+
+
+def test_data_parallel_learners_split_the_batch_and_pay_the_all_reduce():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    host["fingerprint"]["cores_usable"] = 4  # room for two learners, an actor and the node
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    one = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host, schedule)
+    two = model.predict_distributed(dqn_mapping(placement="server", transport="shm", policy="data-parallel",
+                                                learners=2), figures, host, schedule)
+    # each learner: update on 64 (450) + all-reduce 200 + agreement 50 + wait 100 and half of the other's
+    # request at the node (batch 30 + priorities 10) + weights 10 + loop 40
+    assert two.bounds["learners"] == pytest.approx(1e6 / (450 + 250 + 100 + 20 + 10 + 40))
+    assert two.updates_per_s / one.updates_per_s == pytest.approx(950 / 870)
+    four = model.predict_distributed(dqn_mapping(placement="server", transport="shm", policy="data-parallel",
+                                                 learners=4), figures, host, schedule)
+    assert four.bounds["learners"] == pytest.approx(1e6 / (280 + 3 * 250 + 100 + 1.5 * 40 + 10 + 40))
+    del figures["allreduce"]
+    with pytest.raises(model.ModelError, match="all-reduce"):
+        model.predict_distributed(dqn_mapping(placement="server", transport="shm", policy="data-parallel",
+                                              learners=2), figures, host, schedule)
 
 
 def test_offline_tabular_time_is_fixed_plus_per_update_and_the_hardware_model_stays_apart():
@@ -141,10 +184,18 @@ def test_energy_is_modelled_without_a_meter_and_from_measured_power_with_one():
     assert measured.watts == pytest.approx(25.0)
 
 
-def test_run_average_counts_the_warm_up_and_the_knee_reports_growth():
-    p = model.Prediction(env_steps_per_s=1000.0, updates_per_s=1000.0, samples_per_s=128000.0, bottleneck="",
-                         warm_env_steps_per_s=10000.0)
-    assert model.run_average(p, 6000, 1000) == pytest.approx(6000 / (0.1 + 5.0))
+def test_a_prediction_carries_the_spread_of_the_figures_of_its_binding_bound():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    quiet = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host, schedule)
+    figures["calibration"]["shm/server"]["spread"]["learner_compute_us"] = 0.2
+    shaky = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host, schedule)
+    assert 0 < quiet.spread < 0.03 < shaky.spread < 0.2  # the update is 84 % of the learner's period
+    assert shaky.env_steps_per_s == pytest.approx(quiet.env_steps_per_s)  # the figure itself is unchanged
+
+
+def test_the_knee_of_a_measured_sweep_is_where_growth_stops():
     assert model.knee([(1, 100.0), (2, 200.0), (3, 300.0)]) is None
     assert model.knee([(1, 100.0), (2, 103.0)]) == 1
 
@@ -177,16 +228,84 @@ def test_the_planner_never_proposes_an_impossible_mapping_and_says_why_once():
     _assert_runnable(plan)
 
 
-def test_near_ties_prefer_the_mapping_closer_to_the_defaults():
+def test_ranking_is_strictly_by_prediction_and_near_ties_are_marked_not_reordered():
     rows = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST).rows
-    values = {row.mapping.label(): row.prediction.throughput for row in rows}
-    # uniform replay is predicted 1.6 % faster (sample and priorities cost less): within the tie tolerance
-    assert values["local uniform cpu"] > values["local prioritized cpu"]
-    assert values["local uniform cpu"] < values["local prioritized cpu"] * (1 + planner.TIE_TOLERANCE)
-    order = [row.mapping.label() for row in rows]
-    assert order.index("local prioritized cpu") < order.index("local uniform cpu")
+    values = [row.prediction.throughput for row in rows]
+    assert values == sorted(values, reverse=True)
+    assert [row.rank for row in rows] == list(range(1, len(rows) + 1))
     # in-network hides the sampling behind the update: predicted clearly faster, so it leads
-    assert order[0] == "in-network shm prioritized cpu 1 actor"
+    assert rows[0].mapping.label() == "in-network shm prioritized cpu 1 actor" and rows[0].tie is None
+    assert all(row.tie is None or rows[row.tie - 1].tie is None for row in rows)  # ties name their group's leader
+    local = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST, only={"placement": "local", "compute": "cpu"})
+    uniform, prioritized = local.rows
+    # uniform replay is predicted 1.7 % faster (its memory work costs less): first, and the other tied with it
+    assert uniform.mapping.replay == "uniform" and uniform.tie is None
+    assert prioritized.mapping.replay == "prioritized" and prioritized.tie == 1
+    assert prioritized.prediction.throughput > uniform.prediction.throughput * (1 - planner.TIE_TOLERANCE)
+    # a wide spread widens the tie: 5 % behind a leader whose prediction spreads 10 % is a tie, 15 % is not
+    a, b = planner.Row(dqn_mapping(), model.Prediction(1000.0, 1000.0, 1.0, "", spread=0.1)), \
+        planner.Row(dqn_mapping(replay="uniform"), model.Prediction(950.0, 950.0, 1.0, ""))
+    assert [r.tie for r in planner.rank([b, a], "throughput")] == [None, 1]
+    b.prediction.env_steps_per_s = 850.0
+    assert [r.tie for r in planner.rank([b, a], "throughput")] == [None, None]
+
+
+def test_a_contended_profile_is_refused_naming_its_figures_unless_allowed():
+    document = handmade()
+    busy = {"cores": 2, "other_processes_cores": 0.9, "steal_fraction": 0.0, "contended": True}
+    job_figures(document)["calibration"]["shm/server"]["contended"] = "other processes used 0.90 cores"
+    document["hosts"][HOST]["transports"]["shm"]["machine_state"] = busy
+    with pytest.raises(profile.ProfileError) as refused:
+        planner.make_plan(DQN, document, max_actors=1, this_host=HOST)
+    message = str(refused.value)
+    assert "calibration shm/server: other processes used 0.90 cores" in message
+    assert "transport shm: other processes used 0.90 cores" in message and "--allow-contended" in message
+    plan = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, allow_contended=True)
+    assert len(plan.contended) == 2 and plan.rows
+    # our own processes outnumbering the cores is the mapping's own work, not contention
+    mine = {"cores": 2, "busy_processes": 4, "other_processes_cores": 0.05, "contended": True}
+    assert measure.contention(mine) == ""
+    assert measure.contention({"other_processes_cores": 0.0, "steal_fraction": 0.2}).startswith("20% of the CPU")
+    # another job's contended figures do not count against this one's plan
+    other = handmade()
+    job_figures(other, TAXI)["machine_state"] = {"micro": busy}
+    assert planner.make_plan(DQN, other, max_actors=1, this_host=HOST).contended == []
+    with pytest.raises(profile.ProfileError, match="qlearning Taxi-v3 micro figures"):
+        planner.make_plan(TAXI, other, datasets=(1000,), this_host=HOST)
+
+
+def test_only_ranks_the_chosen_family_and_keeps_the_default_beside_it():
+    plan = planner.make_plan(DQN, handmade(), max_actors=3, this_host=HOST,
+                             only=planner.parse_only(["placement=server", "actors=2"]))
+    assert plan.rows and all(r.mapping.placement == "server" and r.mapping.actors == 2 for r in plan.rows)
+    assert plan.default is not None and plan.default.mapping.placement == "local" and plan.default.rank == 0
+    assert plan.gain_over_default() == pytest.approx(plan.chosen.prediction.throughput /
+                                                     plan.default.prediction.throughput - 1)
+    with pytest.raises(RlbenchError, match="did you mean 'actors'"):
+        planner.parse_only(["actor=2"])
+    with pytest.raises(RlbenchError, match="no mapping passes --only"):
+        planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST, only={"transport": "udp"})
+
+
+def test_the_plan_says_whether_more_learners_pay():
+    document = handmade()
+    document["hosts"][HOST]["fingerprint"]["cores_usable"] = 8
+    plan = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, only={"replay": "prioritized"})
+    gains = {g.parallel.mapping.learners: g for g in planner.learner_gains(plan)}
+    assert set(gains) == {2, 4}
+    assert gains[2].single.mapping == replace(gains[2].parallel.mapping, policy="single-learner", learners=1)
+    assert not gains[2].pays and gains[2].speedup < 1 + planner.PAYS  # 950 / 870: the all-reduce eats the gain
+    job_figures(document)["allreduce"]["allreduce_us"] = 20.0
+    job_figures(document)["allreduce"]["agreement_us"] = 5.0
+    cheap = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, only={"replay": "prioritized"})
+    two = next(g for g in planner.learner_gains(cheap) if g.parallel.mapping.learners == 2)
+    assert two.pays and two.speedup > 1 + planner.PAYS
+    # a batch that splits into no learner count: the policy is left out, saying why
+    odd_job = profile.Job.of("dqn", "CartPole-v1", {"batch_size": 127})
+    odd_profile = _with_job_key(handmade(), HOST, odd_job.key)
+    odd_profile["hosts"][HOST]["jobs"][odd_job.key]["hyperparameters"]["batch_size"] = 127
+    odd = planner.make_plan(odd_job, odd_profile, max_actors=1, this_host=HOST)
+    assert "splits into none" in odd.excluded["policy data-parallel"]
 
 
 def test_offline_plans_cover_backends_and_dataset_sizes_with_the_hardware_model_apart():
@@ -298,22 +417,24 @@ def test_replay_node_costs_are_measured_over_a_real_node(tmp_path):
         assert figures["node"]["insert_us"] > 0
 
 
-def test_a_short_validation_runs_the_top_mapping_and_the_default_with_finite_errors():
-    from rlbench.plan import validation
-
+def test_a_short_validation_measures_each_run_in_its_steady_window():
     here = profile.this_host_key()
     plan = planner.make_plan(TAXI, handmade(here), datasets=(10_000,))
-    checks = validation.validate(plan, 2, seconds=0.2)
+    rows = [(row, rank, "top" if rank else "default") for row, rank in validation.validation_rows(plan, 2)]
+    checks = validation.validate(plan, rows, seconds=0.2)
     assert [c.rank for c in checks] == [1, 2]  # the default (cpu) is the first: not run twice
-    assert all(c.status.startswith("complete") and math.isfinite(c.error) for c in checks)
-    replay = planner.make_plan(profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200, "batch_size": 32}),
-                               _with_job_key(handmade(here), here, "dqn CartPole-v1 batch_size=32"), max_actors=1)
-    local = next(row for row in replay.rows if row.mapping.placement == "local")
+    assert all(c.status.startswith("complete") and math.isfinite(c.error) and c.spread is not None for c in checks)
+    job = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200, "batch_size": 32})
+    replay = planner.make_plan(job, _with_job_key(handmade(here), here, job.key), max_actors=1,
+                               only={"placement": "local"})
+    local = replay.rows[0]
     check = validation.run_check(replay, local, local.rank, seconds=0.3)
     assert check.status == "complete" and check.steps > 200
-    assert math.isfinite(check.error) and check.measured > 0
+    assert check.measured > 0 and math.isfinite(check.error) and check.window_s > 0
+    assert check.measured_updates_per_s == pytest.approx(check.measured / replay.schedule.train_every)
     summary = validation.summary(checks + [check])
-    assert summary["validated"] == 3 and math.isfinite(summary["median_abs_error"])
+    assert summary["top_and_default"]["measured"] == 3 and math.isfinite(summary["median_abs_error"])
+    assert summary["holdout"]["median_abs_error"] is None
 
 
 def _with_job_key(document: dict, host: str, key: str) -> dict:
@@ -361,22 +482,158 @@ def test_plan_validate_prints_predicted_beside_measured_as_json(tmp_path, capsys
     assert math.isfinite(report["validation"]["summary"]["median_abs_error"])
 
 
-def test_a_backends_own_local_calibration_and_a_working_runs_fetch_cost_enter_the_model():
+def test_a_backends_own_local_calibration_enters_the_model_as_its_loop_excess():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
-    calibration = figures["calibration"]
-    # fpga's loop: micro step 20 + 10 + 10 = 40 -> 20 of loop costs; update 800 + 10 + 5 + 40 = 855 -> 145
-    calibration["local/fpga"] = {"placement": "local", "compute": "fpga", "free_step_us": 60.0, "update_us": 1000.0}
+    # fpga's loop: its step 60 (inference 20: 10 more than cpu's, so 10 of loop excess), its period 1,100
+    # (update 1100 - 60 - 800 - 40 = 200 beyond its micro figures, against cpu's 940 - 40 - 840 = 60: 140 more)
+    figures["calibration"]["local/fpga"] = {"placement": "local", "compute": "fpga", "train_every": 1, "repeats": 2,
+                                            "free_step_us": 60.0, "env_steps_per_s": 1e6 / 1100, "contended": ""}
+    assert model.compute_excess(figures, "fpga") == pytest.approx((10.0, 140.0))
     local = model.predict_local(dqn_mapping(compute="fpga"), figures, Schedule(batch_size=128, train_every=1))
-    assert local.env_steps_per_s == pytest.approx(1e6 / (60 + 1000))
-    assert model.compute_excess(figures, "fpga") == pytest.approx((20 - 10, 145 - 45))
+    assert local.env_steps_per_s == pytest.approx(1e6 / 1100)  # its own calibration, reproduced
     server = model.predict_distributed(dqn_mapping(compute="fpga", placement="server", transport="shm"), figures,
-                                       host, Schedule(batch_size=128, train_every=1))
-    assert server.bounds["learner"] == pytest.approx(1e6 / (950 + 100))  # the cpu learner's 950 + fpga's excess
-    # an actor-bound run: one FETCH per INSERT took the actor 1 us per step more than running free,
-    # i.e. 128 us per fetch, 68 more than the isolated round trip
-    calibration["shm/server/actors"] = {"placement": "server", "transport": "shm", "train_every": 128,
-                                        "actor_learning_us": 30.46875 + 1.0}
-    light = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host,
-                                      Schedule(batch_size=128, train_every=1000))
-    assert light.bounds["actors (1)"] == pytest.approx(1e6 / (30 + (60 + 0.128 * (60 + 68)) / 128))
+                                       host, Schedule(batch_size=128, train_every=1, publish_every=1))
+    assert server.bounds["learner"] == pytest.approx(1e6 / (950 + 140))  # the cpu learner's 950 + fpga's excess
+    assert server.bounds["actors (1)"] == pytest.approx(1e6 / (30.46875 + 10 + 10 + 100 / 128))
+
+
+# ------------------------------------------------------------------------- measuring runs
+def _curve(*phases: tuple[int, float], every: int = 20) -> list[dict]:
+    """Episode ends every `every` env steps through phases of (env steps, env steps/s)."""
+    points, step, clock = [], 0, 0.0
+    for steps, rate in phases:
+        for _ in range(steps // every):
+            step += every
+            clock += every / rate
+            points.append({"step": step, "time_s": clock, "return": 1.0, "length": every})
+    return points
+
+
+def test_the_steady_window_leaves_the_warm_up_out_and_a_changing_rate_shows_as_spread():
+    result = {"learning_curve": _curve((1000, 10_000.0), (4000, 500.0))}  # actors alone, then the learner's pace
+    start = measure.window_start(1000, 5000)
+    assert start == 1400  # the warm-up and a tenth of the rest, while actors and learner settle
+    steady = measure.steady_rate(result, start)
+    assert steady.rate == pytest.approx(500.0) and steady.spread < 1e-6 and steady.episodes == 181  # 1,400..5,000
+    assert measure.steady_rate(result, 0).rate > 1.08 * 500  # with the warm-up in the window: too fast
+    changing = {"learning_curve": _curve((2000, 400.0), (2000, 600.0))}
+    assert measure.steady_rate(changing, 0).spread > 0.02
+    alone = measure.steady_rate(result, 200, end_step=950)  # the warm-up itself: the actors' rate alone
+    assert alone.rate == pytest.approx(10_000.0)
+    assert measure.steady_rate({"learning_curve": _curve((80, 100.0))}, 0) is None  # 4 episodes: too few
+
+
+def test_role_costs_come_from_the_roles_time_splits_and_leave_the_first_wait_out():
+    result = {"throughput": {"env_steps": 10_000, "updates": 1_000},
+              "latency": {"replay.SAMPLE": {"count": 1001, "mean": (1000 * 150 + 2e6) / 1001, "max": 2e6},
+                          "replay.UPDATE_PRIORITIES": {"count": 1000, "mean": 30.0, "max": 80.0}},
+              "loop": {"roles": {"learner": {"updates": 1000}, "actor-0": {"produced": 6000}, "actor-1": {"produced": 4000}},
+                       "time_split": {"learner": {"learner": 1.2, "weights": 0.01, "bookkeeping": 0.04, "cpu_s": 1.3,
+                                                  "allreduce": 0.0, "window_s": 3.5},
+                                      "actor-0": {"cpu_s": 0.3, "weights": 0.02, "window_s": 3.5},
+                                      "actor-1": {"cpu_s": 0.2, "weights": 0.01, "window_s": 3.5},
+                                      "replay": {"cpu_s": 0.35, "replay": 0.05, "window_s": 3.5}}}}
+    costs = measure.flat_role_costs(result)
+    assert costs["learner_compute_us"] == pytest.approx(1200.0) and costs["learner_cpu_us"] == pytest.approx(1300.0)
+    assert costs["learner_wait_us"] == pytest.approx(150.0 + 30.0)  # the first SAMPLE (the warm-up) left out
+    assert costs["learner_loop_us"] == pytest.approx(40.0) and costs["learner_weights_us"] == pytest.approx(10.0)
+    assert costs["actors_cpu_us"] == pytest.approx(50.0) and costs["actors_weights_us"] == pytest.approx(3.0)
+    assert costs["node_cpu_us"] == pytest.approx(35.0) and costs["node_cores"] == pytest.approx(0.1)
+
+
+def test_a_calibration_setting_repeats_until_its_runs_agree_and_records_their_spread(monkeypatch):
+    rates = iter([1000.0, 1300.0, 1100.0, 1000.0, 1040.0])
+
+    def fake_run(job, figures, setting, *, seed=0):
+        return {"seed": seed, "status": "complete", "contended": "other processes used 0.30 cores" if seed == 1 else "",
+                "env_steps_per_s": next(rates), "spread": 0.01, "learner_compute_us": 800.0 + seed}
+
+    monkeypatch.setattr(profile, "calibration_run", fake_run)
+    setting = profile.Calibration("shm/server", "server", "shm")
+    disagreeing = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert disagreeing["repeats"] == 3  # 1,000 and 1,300 disagree: a third run
+    assert disagreeing["env_steps_per_s"] == 1100.0 and disagreeing["spread"]["env_steps_per_s"] == pytest.approx(150 / 1100)
+    assert disagreeing["learner_compute_us"] == 801.0 and disagreeing["contended"] == "other processes used 0.30 cores"
+    agreeing = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert agreeing["repeats"] == 2 and agreeing["spread"]["env_steps_per_s"] == pytest.approx(20 / 1020)
+
+
+def test_calibration_settings_name_the_runs_the_model_reads():
+    figures = job_figures(handmade())
+    transports = handmade()["hosts"][HOST]["transports"]
+    settings = profile.calibration_settings(DQN, figures, transports, rlbench.get_registry(), calibrate=("shm", "tcp"),
+                                            cores=2)
+    keys = [s.key for s in settings]
+    # tcp's replay node failed when profiled: no run over it
+    assert keys == ["local", "local/actor-heavy", "local/fpga", "shm/server", "shm/in-network", "shm/server/saturated"]
+    heavy = {s.key: s for s in settings}
+    assert heavy["local/actor-heavy"].train_every >= 8 and not heavy["local/actor-heavy"].free_phase
+    assert heavy["shm/server/saturated"].actors == 2 and heavy["shm/server/saturated"].train_every > 1
+    assert heavy["shm/server"].free_phase and heavy["shm/server"].train_every == 1
+
+
+def test_ray_is_left_out_of_a_default_profile_with_the_reason_and_measured_when_named():
+    from types import SimpleNamespace
+
+    caps = SimpleNamespace(crosses_processes=True, crosses_hosts=True, reliable=True, max_message_bytes=1 << 20)
+    probed = []
+    ray = SimpleNamespace(name="ray", capabilities=caps, probe=lambda: probed.append("ray") or SimpleNamespace(
+        available=False, reason="probed"))
+    registry = SimpleNamespace(components=lambda kind: [ray])
+    skipped = profile.measure_transports(registry, (64,), {})
+    assert skipped["ray"]["transport"]["reason"].startswith("not profiled by default") and not probed
+    named = profile.measure_transports(registry, (64,), {}, only=("ray",))
+    assert named["ray"]["transport"]["reason"] == "probed" and probed == ["ray"]  # measured: here, its probe said no
+    other = profile.measure_transports(registry, (64,), {}, only=("tcp",))
+    assert "not among `rlbench profile --transports tcp`" in other["ray"]["transport"]["reason"]
+
+
+def test_a_profile_of_an_older_rlbench_is_refused_in_one_line(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**handmade(), "schema": "rlbench.profile/1"}))
+    with pytest.raises(profile.ProfileError, match=r"made by another rlbench \(rlbench.profile/1.*run `rlbench profile` again"):
+        profile.load_profile(old)
+
+
+# ------------------------------------------------------------------------- checks of the gain
+def test_a_gain_check_sets_the_measured_gain_beside_the_predicted_one():
+    prediction = model.Prediction(1300.0, 1300.0, 1.0, "")
+    first = validation.Check(dqn_mapping(placement="server", transport="shm"), prediction, 1, predicted=1300.0,
+                             measured=1250.0)
+    default = validation.Check(dqn_mapping(), prediction, None, "default", predicted=1000.0, measured=1000.0)
+    gain = validation.GainCheck(first, default, "first choice over the default")
+    assert gain.predicted_gain == pytest.approx(0.30) and gain.measured_gain == pytest.approx(0.25)
+    assert gain.error == pytest.approx(1.25 / 1.30 - 1)
+
+
+def test_check_runs_the_first_choice_and_the_default_for_the_same_steps_and_seed():
+    here = profile.this_host_key()
+    job = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200, "batch_size": 32})
+    document = _with_job_key(handmade(here), here, job.key)
+    same = planner.make_plan(job, document, max_actors=1, only={"placement": "local", "compute": "cpu",
+                                                                "replay": "prioritized"})
+    assert "nothing to gain" in validation.first_choice_check(same, seconds=0.3)
+    plan = planner.make_plan(job, document, max_actors=1, only={"placement": "local", "compute": "cpu",
+                                                                "replay": "uniform"})
+    outcome = validation.first_choice_check(plan, seconds=0.3, seed=3)
+    assert outcome.candidate.mapping.replay == "uniform" and outcome.baseline.mapping.replay == "prioritized"
+    assert outcome.candidate.steps == outcome.baseline.steps  # the same budget, for a fair comparison
+    assert math.isfinite(outcome.measured_gain) and math.isfinite(outcome.error)
+    assert outcome.predicted_gain == pytest.approx(plan.gain_over_default())
+    assert "no data-parallel mapping with 2 learners" in validation.policy_check(same, 2)
+
+
+def test_check_policies_runs_the_benchs_own_runs_and_sets_the_speedup_beside_the_prediction():
+    here = profile.this_host_key()
+    job = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200})
+    plan = planner.make_plan(job, handmade(here), max_actors=1,
+                             only={"policy": "data-parallel", "transport": "shm", "replay": "prioritized"})
+    outcome = validation.policy_check(plan, 2, steps=500)
+    assert outcome.unit == "updates/s" and outcome.candidate.mapping.learners == 2
+    assert outcome.baseline.mapping == replace(outcome.candidate.mapping, policy="single-learner", learners=1)
+    assert outcome.candidate.status == outcome.baseline.status == "complete"
+    assert outcome.candidate.measured > 0 and outcome.baseline.measured > 0  # `bench policies`' updates/s
+    assert outcome.predicted_gain == pytest.approx(
+        outcome.candidate.prediction.updates_per_s / outcome.baseline.prediction.updates_per_s - 1)
+    assert math.isfinite(outcome.error)

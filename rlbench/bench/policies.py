@@ -22,17 +22,26 @@ from typing import Any
 import click
 
 TARGET_WINDOW = 20  # episodes in the training-return mean that reaches the target
+DEFAULT_STEPS = 3000  # env steps per run
+DEFAULT_BATCH = 1024  # the global batch (learner-bound)
+DEFAULT_TARGET = 195.0
 
 
-def _config(policy: str, learners: int, steps: int, batch_size: int, transport: str, actors: int, seed: int,
-            **extra: Any) -> Any:
+def job_hyperparameters(batch_size: int) -> dict[str, Any]:
+    """The bench's job: one update per env step on a large global batch (learner-bound)."""
+    return {"batch_size": batch_size, "train_every": 1, "learning_starts": 1000, "publish_every": 8}
+
+
+def policy_config(policy: str, learners: int, steps: int, transport: str, actors: int, seed: int, *,
+                  hyperparameters: dict[str, Any], **extra: Any) -> Any:
+    """One run of the bench: `policy` with `learners` on the job `hyperparameters` (`rlbench plan
+    --check-policies` runs the same, for the plan's job)."""
     from rlbench.config import RunConfig
 
     placement = "local" if policy == "device" else "server"
     return RunConfig(policy=policy, learners=learners, placement=placement, transport=transport,
                      actors=1 if policy == "device" else actors, steps=steps, seed=seed, eval_episodes=0,
-                     hyperparameters={"batch_size": batch_size, "train_every": 1, "learning_starts": 1000,
-                                      "publish_every": 8}, out=None, **extra)
+                     hyperparameters=hyperparameters, out=None, **extra)
 
 
 def summarise(label: str, result: dict[str, Any], target: float) -> dict[str, Any]:
@@ -67,7 +76,8 @@ def run_local(learner_counts: tuple[int, ...], steps: int, batch_size: int, tran
 
     rows = []
     for policy, learners in [("device", 1), ("single-learner", 1)] + [("data-parallel", n) for n in learner_counts]:
-        result = run(_config(policy, learners, steps, batch_size, transport, actors, seed))
+        result = run(policy_config(policy, learners, steps, transport, actors, seed,
+                                   hyperparameters=job_hyperparameters(batch_size)))
         rows.append(summarise(f"{policy} x{learners}", result, target))
     return rows
 
@@ -91,9 +101,8 @@ def run_netns(learner_counts: tuple[int, ...], steps: int, batch_size: int, acto
                                    "--learners", str(learners), "--transport", "tcp", "--actors", str(actors),
                                    "--steps", str(steps), "--seed", str(seed), "--eval-episodes", "0",
                                    "--place", "replay=rlb_a", "--place", "actors=rlb_a", "--place", f"learner={places}",
-                                   "--hp", f"batch_size={batch_size}", "--hp", "train_every=1",
-                                   "--hp", "learning_starts=1000", "--hp", "publish_every=8", "--no-out", "--json",
-                                   timeout=900)
+                                   *[arg for key, value in job_hyperparameters(batch_size).items()
+                                     for arg in ("--hp", f"{key}={value}")], "--no-out", "--json", timeout=900)
             if done.returncode not in (0, 1):
                 raise click.ClickException(f"{policy} x{learners} on the namespace cluster failed: "
                                            f"{(done.stderr or done.stdout)[-2000:]}")
@@ -124,13 +133,13 @@ def _n(value: Any, spec: str) -> str:
 @click.command("policies")
 @click.option("--learners", "learner_counts", multiple=True, type=click.IntRange(min=2), default=(2, 4),
               show_default=True, help="data-parallel learner counts (repeatable)")
-@click.option("--steps", type=int, default=3000, show_default=True, help="env steps per run")
-@click.option("--batch-size", type=int, default=1024, show_default=True,
+@click.option("--steps", type=int, default=DEFAULT_STEPS, show_default=True, help="env steps per run")
+@click.option("--batch-size", type=int, default=DEFAULT_BATCH, show_default=True,
               help="the global batch, split between the learners (learner-bound when large)")
 @click.option("--transport", default="tcp", show_default=True)
 @click.option("--actors", type=int, default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--target", type=float, default=195.0, show_default=True,
+@click.option("--target", type=float, default=DEFAULT_TARGET, show_default=True,
               help=f"the training-return mean (over {TARGET_WINDOW} episodes) whose first time is 'to target'")
 @click.option("--netns", is_flag=True, help="(root) also on Ray nodes in network namespaces, one learner per node")
 @click.option("--json", "as_json", is_flag=True)

@@ -56,6 +56,10 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
 def _rate(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "n/a"
@@ -78,6 +82,8 @@ def _rate(value: float | None, digits: int = 0) -> str:
                    "from their replay-node figures and the calibrated loops' costs.")
 @click.option("--transport-seconds", type=click.FloatRange(min=1), default=TRANSPORT_TIME_LIMIT_S, show_default=True,
               help="Time limit of each transport's measurements; a transport exceeding it is left out, with why.")
+@click.option("--transports", "transport_names", default=None, metavar="NAME,NAME",
+              help="Measure only these transports [default: all but those that start a cluster first (ray)].")
 @click.option("--merge", is_flag=True, help="Combine the profile FILES (several hosts) into -o instead of measuring.")
 @click.option("-o", "--out", default=None, type=click.Path(dir_okay=False),
               help="Where to write the profile [default: this machine's cached profile].")
@@ -87,8 +93,9 @@ def _rate(value: float | None, digits: int = 0) -> str:
 @click.option("--nodes", "node_names", default=None, metavar="NODE,NODE",
               help="With --ray-address: only the hosts of these nodes (IP, node id, host name, resource or label).")
 def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str, ...], num_envs: int,
-                    datasets: str | None, calibrate: str, transport_seconds: float, merge: bool, out: str | None,
-                    as_json: bool, ray_address: str | None, node_names: str | None) -> None:
+                    datasets: str | None, calibrate: str, transport_seconds: float, transport_names: str | None,
+                    merge: bool, out: str | None, as_json: bool, ray_address: str | None,
+                    node_names: str | None) -> None:
     """Measure what each primitive costs on this machine (replay add/sample/update per memory, learner
     update and inference per compute backend, env step, round trip and bandwidth per transport, the
     replay node's per-message costs, a calibration run per placement) for the jobs a plan needs, and
@@ -115,8 +122,9 @@ def profile_command(files: tuple[str, ...], jobs: tuple[str, ...], hp: tuple[str
     parsed = [profiles.Job.of(j.algo, j.env, overrides, num_envs) for j in parsed]
     sizes = _sizes(datasets) if datasets else profiles.DEFAULT_DATASETS
     path = out or str(profiles.default_path())
-    names = tuple(n.strip() for n in calibrate.split(",") if n.strip())
-    settings = {"datasets": sizes, "calibrate": names, "transport_seconds": transport_seconds}
+    names = _names(calibrate)
+    settings = {"datasets": sizes, "calibrate": names, "transport_seconds": transport_seconds,
+                "transports": _names(transport_names) if transport_names else None}
     if ray_address:
         _profile_cluster(ray_address, tuple(n.strip() for n in (node_names or "").split(",") if n.strip()),
                          parsed, settings, path, as_json)
@@ -182,6 +190,12 @@ def _save_entries(path: str, entries: dict[str, dict[str, Any]]) -> dict[str, An
     return document
 
 
+def profiles_contended(entry: dict[str, Any], keys: list[str]) -> list[str]:
+    from rlbench.plan.profile import contended_figures
+
+    return contended_figures(entry, keys)
+
+
 def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
     fingerprint = entry["fingerprint"]
     lines = [f"host {entry['host']}: {fingerprint.get('cpu')}, {fingerprint.get('cores_usable') or fingerprint.get('cores')} "
@@ -192,6 +206,8 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
         if transport.get("available"):
             cases = ", ".join(f"{c['size']} B {c['p50_us']:.0f} us" for c in transport["cases"])
             lines.append(f"  transport {name:<6} round trip p50: {cases}")
+        elif transport.get("crosses_processes"):
+            lines.append(f"  transport {name:<6} not measured: {transport.get('reason')}")
     for key in keys:
         job = entry["jobs"][key]
         lines.append(f"job {key} ({job['profiling_s']:.1f} s)")
@@ -224,15 +240,26 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
             lines.append(f"  replay node {name:<18} INSERT {node['insert_rtt_us']:.0f} us, "
                          f"{'SAMPLE' if 'sample_rtt_us' in node else 'push round'} {trip:.0f} us, "
                          f"FETCH {node['fetch_rtt_us']:.0f} us")
+        if (job.get("allreduce") or {}).get("available"):
+            reduce = job["allreduce"]
+            lines.append(f"  all-reduce (gloo, {reduce['world']} learners, {reduce['parameters']:,} parameters) "
+                         f"{reduce['allreduce_us']:.0f} us + agreement {reduce.get('agreement_us', 0):.0f} us")
         for name, run in (job.get("calibration") or {}).items():
             if "failed" in run:
-                lines.append(f"  calibration {name:<18} failed: {run['failed']}")
-            elif "actor_learning_us" in run:
-                lines.append(f"  calibration {name:<18} actor {run['actor_learning_us']:.1f} us/step while learning "
-                             f"(train every {run['train_every']}; {run['wall_s']:.1f} s run)")
-            else:
-                lines.append(f"  calibration {name:<18} actor {run['free_step_us']:.1f} us/step, learner "
-                             f"{run['update_us']:.0f} us/update ({run['wall_s']:.1f} s run)")
+                lines.append(f"  calibration {name:<22} failed: {run['failed']}")
+                continue
+            spread = (run.get("spread") or {}).get("env_steps_per_s")
+            line = (f"  calibration {name:<22} {run['env_steps_per_s']:9,.0f} env steps/s"
+                    + (f" ±{spread:.1%}" if spread is not None else "") + f" ({run['repeats']} runs")
+            if run.get("free_step_us"):
+                line += f"; actor alone {run['free_step_us']:.1f} us/step"
+            if run.get("learner_compute_us"):
+                line += f"; learner update {run['learner_compute_us']:.0f} us"
+            lines.append(line + ")" + (f"  CONTENDED: {run['contended']}" if run.get("contended") else ""))
+    contended = profiles_contended(entry, keys)
+    if contended:
+        lines.append("WARNING: figures measured while other processes used the machine (`rlbench plan` refuses "
+                     "them unless --allow-contended): " + "; ".join(contended))
     return "\n".join(lines)
 
 
@@ -248,34 +275,52 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
               show_default=True)
 @click.option("--max-actors", type=click.IntRange(min=1), default=None,
               help="Most actor processes to consider [default: twice the usable cores, at most 8].")
+@click.option("--only", "only_items", multiple=True, metavar="KEY=VALUE",
+              help="Rank only mappings with this placement, transport, replay, compute, actors, policy or learners "
+                   "(repeatable; the default mapping stays beside them).")
 @click.option("--profile", "profile_file", type=click.Path(dir_okay=False), default=None,
               help="Profile to use [default: this machine's cached one, measured now if absent].")
+@click.option("--allow-contended", is_flag=True,
+              help="Plan from a profile measured while other processes used the machine (it is refused otherwise).")
 @click.option("--watts", multiple=True, metavar="DEVICE=W",
               help="Rated power per busy core where no meter exists (modelled), e.g. cpu=12.5.")
 @click.option("--top", type=click.IntRange(min=1), default=12, show_default=True, help="Ranked rows to print.")
 @click.option("--validate", "validate_k", type=click.IntRange(min=0), default=0, metavar="K",
               help="Run the top K mappings and the default one; print predicted vs measured.")
+@click.option("--holdout", "holdout_n", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Also run N mappings drawn at random from those the profile did not calibrate on.")
+@click.option("--check", "check_first", is_flag=True,
+              help="Run the first choice and the default for the same steps and seed: measured gain vs predicted.")
+@click.option("--check-policies", "check_learners", type=click.IntRange(min=2), default=None, metavar="N",
+              help="Run `rlbench bench policies`' runs of one and of N data-parallel learners: measured speed-up "
+                   "vs predicted.")
 @click.option("--sweep", type=click.Choice(["actors"]), default=None,
               help="Run the chosen family (or the best distributed one) at 1..--max-actors actors.")
 @click.option("--seconds", type=click.FloatRange(min=0.2), default=5.0, show_default=True,
-              help="Learning time of each validation or sweep run (after its warm-up).")
+              help="Steady window of each validation, check or sweep run (after its warm-up), at the predicted rate.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per validated mapping (seeds SEED, SEED+1, ...); their spread is reported.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the runs and of the holdout draw.")
 @click.option("-o", "--out", default="plan.toml", show_default=True, type=click.Path(dir_okay=False),
               help="Where to write the chosen plan (a run file: `rlbench run --plan FILE`).")
 @click.option("--no-out", is_flag=True, help="Do not write the plan file.")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Env-step budget written into the plan file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (and validation) as JSON.")
 def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datasets: str | None, objective: str,
-                 max_actors: int | None, profile_file: str | None, watts: tuple[str, ...], top: int,
-                 validate_k: int, sweep: str | None, seconds: float, out: str, no_out: bool, steps: int | None,
-                 as_json: bool) -> None:
+                 max_actors: int | None, only_items: tuple[str, ...], profile_file: str | None, allow_contended: bool,
+                 watts: tuple[str, ...], top: int, validate_k: int, holdout_n: int, check_first: bool,
+                 check_learners: int | None, sweep: str | None, seconds: float, repeats: int, seed: int, out: str,
+                 no_out: bool, steps: int | None, as_json: bool) -> None:
     """Choose where each task of a job runs (replay memory, compute backend, transport, placement,
-    actor count, host) from the measured profile: every runnable mapping predicted (the model is in
-    rlbench/plan/model.py), ranked, with its bottleneck; the actor balance point; the chosen plan
-    written as a run file. --validate K runs the top K and prints how wrong the prediction was."""
+    distribution policy, actor count, host) from the measured profile: every runnable mapping
+    predicted (the model is in rlbench/plan/model.py), ranked, with its bottleneck; the actor
+    balance point; whether a second learner pays; the chosen plan written as a run file.
+    --validate K and --holdout N run mappings and print how wrong the prediction was; --check runs
+    the first choice against the default."""
     from pathlib import Path
 
     from rlbench.plan import profile as profiles
-    from rlbench.plan.planner import make_plan, plan_document, write_plan
+    from rlbench.plan.planner import make_plan, parse_only, plan_document, write_plan
 
     t0 = time.perf_counter()
     job = profiles.Job.of(algo, env, _parse_hp(hp), num_envs)
@@ -293,7 +338,8 @@ def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datase
     max_actors = max_actors or min(8, 2 * cores)
     sizes = _sizes(datasets) if datasets else _profiled_sizes(document, job)
     plan = make_plan(job, document, objective=objective, max_actors=max_actors, datasets=sizes,
-                     watts=_parse_watts(watts), registry=registry)
+                     watts=_parse_watts(watts), registry=registry, allow_contended=allow_contended,
+                     only=parse_only(only_items))
     planning_s = time.perf_counter() - t0
     budget = {"steps": steps} if steps else {}
     wrote = None
@@ -306,15 +352,34 @@ def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datase
         click.echo(format_plan(plan, top=top, profile_path=path, planning_s=planning_s, document=document))
         if wrote:
             click.echo(f"chosen: #1 {plan.chosen.mapping.label()} -> wrote {wrote} (run it: rlbench run --plan {wrote})")
-    if validate_k:
-        from rlbench.plan import validation
+    from rlbench.plan import validation
 
-        checks = validation.validate(plan, validate_k, seconds=seconds, progress=_echo_err)
-        report["validation"] = {"checks": [check_json(c) for c in checks], "summary": validation.summary(checks)}
+    rows: list[tuple[Any, int | None, str]] = []
+    if validate_k:
+        rows += [(row, rank, "top" if rank else "default") for row, rank in validation.validation_rows(plan, validate_k)]
+    if holdout_n:
+        if plan.offline:
+            raise click.UsageError("--holdout draws replay-loop mappings; an offline plan has none to hold out")
+        rows += [(row, None, "holdout") for row in
+                 validation.holdout_rows(plan, document, holdout_n, seed=seed, exclude=[r for r, _, _ in rows])]
+    if rows:
+        checks = validation.validate(plan, rows, seconds=seconds, seed=seed, repeats=repeats, progress=_echo_err)
+        summary = validation.summary(checks)
+        report["validation"] = {"checks": [check_json(c) for c in checks], "summary": summary}
         if not as_json:
-            click.echo(format_checks(checks, validation.summary(checks), seconds=seconds, offline=plan.offline))
+            click.echo(format_checks(checks, summary, seconds=seconds, offline=plan.offline))
+    if check_first:
+        outcome = validation.first_choice_check(plan, seconds=seconds, seed=seed, repeats=repeats, progress=_echo_err)
+        report["check"] = gain_json(outcome, plan)
+        if not as_json:
+            click.echo(format_gain(outcome, plan))
+    if check_learners:
+        outcome = validation.policy_check(plan, check_learners, seed=seed, progress=_echo_err)
+        report["check_policies"] = gain_json(outcome, plan)
+        if not as_json:
+            click.echo(format_gain(outcome, plan))
     if sweep:
-        report["sweep"] = _sweep(plan, max_actors, seconds, as_json)
+        report["sweep"] = _sweep(plan, max_actors, seconds, seed, as_json)
     if as_json:
         click.echo(json.dumps(report, indent=1, default=str))
 
@@ -341,7 +406,7 @@ def _profiled_sizes(document: dict[str, Any], job: Any) -> tuple[int, ...]:
     return ()
 
 
-def _sweep(plan: Any, max_actors: int, seconds: float, as_json: bool) -> dict[str, Any]:
+def _sweep(plan: Any, max_actors: int, seconds: float, seed: int, as_json: bool) -> dict[str, Any]:
     from rlbench.plan import validation
     from rlbench.plan.model import knee
     from rlbench.plan.planner import knee_of
@@ -354,7 +419,7 @@ def _sweep(plan: Any, max_actors: int, seconds: float, as_json: bool) -> dict[st
         if not candidates:
             raise click.UsageError("no distributed mapping to sweep on this host")
         chosen = next((m for m in candidates if m.compute == chosen.compute), candidates[0])
-    checks = validation.sweep_actors(plan, chosen, max_actors, seconds=seconds, progress=_echo_err)
+    checks = validation.sweep_actors(plan, chosen, max_actors, seconds=seconds, seed=seed, progress=_echo_err)
     item = knee_of(plan, chosen)
     rates = [(c.mapping.actors, c.measured) for c in checks if c.measured]
     measured_knee = knee(rates) if rates else None
@@ -366,29 +431,43 @@ def _sweep(plan: Any, max_actors: int, seconds: float, as_json: bool) -> dict[st
 
 # -------------------------------------------------------------------------------------- rendering
 def plan_json(plan: Any, top: int) -> dict[str, Any]:
-    from rlbench.plan.planner import best_knees
+    from rlbench.plan.planner import best_knees, learner_gains
 
     def row_json(row: Any) -> dict[str, Any]:
         p = row.prediction
-        return {"rank": row.rank, "mapping": row.mapping.label(), "host": row.mapping.host,
+        return {"rank": row.rank or None, "tied_with_rank": row.tie, "mapping": row.mapping.label(),
+                "host": row.mapping.host,
                 "config": {k: v for k, v in row.mapping.config().to_dict().items() if v not in (None, {}, [])},
-                "env_steps_per_s": p.env_steps_per_s, "updates_per_s": p.updates_per_s,
+                "env_steps_per_s": p.env_steps_per_s, "updates_per_s": p.updates_per_s, "spread": p.spread,
                 "samples_per_joule": p.samples_per_joule, "energy": p.energy_kind, "bottleneck": p.bottleneck,
                 "bounds": p.bounds, "busy_cores": p.busy_cores, "modelled_hardware": p.modelled}
 
     return {"job": plan.job.key, "objective": plan.objective, "mappings": len(plan.rows),
+            "only": plan.only, "contended_profile": plan.contended,
             "ranked": [row_json(r) for r in plan.rows[:top]],
             "default": row_json(plan.default) if plan.default else None,
+            "predicted_gain_over_default": plan.gain_over_default(),
             "excluded": [f"{k}: {v}" if v else k for k, v in plan.excluded.items()],
-            "knees": [{"family": k.family, "learner": k.compute, "knee": k.knee, "curve": k.curve}
-                      for k in best_knees(plan)]}
+            "knees": [{"family": k.family, "learner": k.compute, "knee": k.knee, "curve": k.curve,
+                       "actor_supply": k.supply, "demand": k.demand} for k in best_knees(plan)],
+            "learners": [{"mapping": g.parallel.mapping.label(), "single": g.single.mapping.label(),
+                          "predicted_speedup": g.speedup, "pays": g.pays} for g in learner_gains(plan)]}
 
 
 def check_json(check: Any) -> dict[str, Any]:
-    return {"rank": check.rank, "mapping": check.mapping.label(), "predicted": check.predicted,
-            "measured": check.measured, "error": check.error, "measured_updates_per_s": check.measured_updates_per_s,
+    return {"kind": check.kind, "rank": check.rank, "mapping": check.mapping.label(), "predicted": check.predicted,
+            "predicted_spread": check.prediction.spread, "measured": check.measured, "spread": check.spread,
+            "runs": check.runs, "error": check.error, "measured_updates_per_s": check.measured_updates_per_s,
             "predicted_updates_per_s": check.prediction.updates_per_s, "status": check.status, "steps": check.steps,
-            "machine_state": check.machine}
+            "window_s": check.window_s, "contended": check.contended, "machine_state": check.machine}
+
+
+def gain_json(outcome: Any, plan: Any) -> dict[str, Any]:
+    if isinstance(outcome, str):
+        return {"ran": False, "why": outcome}
+    return {"ran": True, "what": outcome.what, "unit": outcome.unit, "predicted_gain": outcome.predicted_gain,
+            "measured_gain": outcome.measured_gain, "error": outcome.error,
+            "candidate": check_json(outcome.candidate), "baseline": check_json(outcome.baseline)}
 
 
 def _table(headers: list[str], rows: list[list[str]], left: int = 2) -> list[str]:
@@ -400,8 +479,15 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 2) -> list[str
     return [line(headers), *[line(r) for r in rows]]
 
 
+def _rank_cell(plan: Any, row: Any) -> str:
+    cell = str(row.rank) if row.rank else "-"
+    if row.tie:
+        cell += f"={row.tie}"
+    return cell + ("*" if row is plan.default else "")
+
+
 def format_plan(plan: Any, *, top: int, profile_path: str, planning_s: float, document: dict[str, Any]) -> str:
-    from rlbench.plan.planner import best_knees
+    from rlbench.plan.planner import PAYS, best_knees, learner_gains
 
     s = plan.schedule
     host = document["hosts"].get(plan.this_host) or next(iter(document["hosts"].values()))
@@ -409,21 +495,22 @@ def format_plan(plan: Any, *, top: int, profile_path: str, planning_s: float, do
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(host.get("created_unix", 0)))
     lines = [f"rlbench plan: {plan.job.algo} on {plan.job.env}"
              + (f" (hp {', '.join(f'{k}={v}' for k, v in plan.job.hyperparameters)})" if plan.job.hyperparameters else "")
-             + f", objective {plan.objective}",
+             + f", objective {plan.objective}"
+             + (f", only {' '.join(f'{k}={v}' for k, v in plan.only.items())}" if plan.only else ""),
              f"profile {profile_path}: host {host.get('host')} ({fp.get('cores_usable') or fp.get('cores')} cores), "
              f"profiled {when}" + (f"; {len(document['hosts'])} hosts" if len(document["hosts"]) > 1 else ""),
              f"schedule: batch {s.batch_size}, train every {s.train_every} env steps (samples/insert "
              f"{s.batch_size / s.train_every:g}), publish every {s.publish_every} updates"
              if not plan.offline else f"schedule: {s.epochs} epochs over each dataset",
-             *([f"WARNING: the profile was {host['machine_state']['warning']}"]
-               if (host.get("machine_state") or {}).get("warning") else []),
+             *(["WARNING: planned from a contended profile (--allow-contended): " + "; ".join(plan.contended)]
+               if plan.contended else []),
              _energy_line(plan.power, host), ""]
     joule = "samples/J" + ("*" if plan.power.kind == "modelled" else "")
     multi_host = len({r.mapping.host for r in plan.rows}) > 1
     if plan.offline:
         headers = ["rank", "mapping", "updates/s here", "hw updates/s (modelled)", joule, "bottleneck"]
     else:
-        headers = ["rank", "mapping", "env steps/s", "updates/s", joule, "cores", "bottleneck"]
+        headers = ["rank", "mapping", "env steps/s", "±", "updates/s", joule, "cores", "bottleneck"]
     if multi_host:
         headers.insert(2, "host")
     shown = plan.rows[:top]
@@ -432,35 +519,51 @@ def format_plan(plan: Any, *, top: int, profile_path: str, planning_s: float, do
     body = []
     for row in shown:
         p = row.prediction
-        rank = f"{row.rank}" + ("*" if row is plan.default else "")
+        rank = _rank_cell(plan, row)
         if plan.offline:
             hw = _rate((p.modelled or {}).get("updates_per_s")) if p.modelled else "-"
             cells = [rank, row.mapping.label(), _rate(p.updates_per_s), hw, _rate(p.samples_per_joule), p.bottleneck]
         else:
-            cells = [rank, row.mapping.label(), _rate(p.env_steps_per_s), _rate(p.updates_per_s),
+            cells = [rank, row.mapping.label(), _rate(p.env_steps_per_s), f"{p.spread:.0%}", _rate(p.updates_per_s),
                      _rate(p.samples_per_joule), f"{p.busy_cores:.2f}", p.bottleneck]
         if multi_host:
             cells.insert(2, row.mapping.host)
         body.append(cells)
     lines += _table(headers, body)
     lines.append(f"{len(plan.rows)} mappings predicted in {planning_s:.2f} s; {min(top, len(plan.rows))} shown "
-                 "(--top N for more); rank* = the default mapping (what `rlbench run` picks with no options)")
+                 "(--top N for more); ranked strictly by the prediction; N=M: tied with rank M (closer than the "
+                 "predictions' spread); * = the default mapping (what `rlbench run` picks with no options); "
+                 "± = the prediction's spread (modelled, from the profile's spreads)")
+    gain = plan.gain_over_default()
+    if gain is not None and plan.default is not plan.chosen:
+        verdict = "worth --check" if gain >= PAYS else f"under {PAYS:.0%}: the default is as good as the model can tell"
+        lines.append(f"first choice over the default: predicted {gain:+.1%} ({verdict})")
     if plan.power.kind == "modelled":
         lines.append("* modelled: energy from a rated power, not a meter")
     if plan.offline:
         lines.append("updates/s here: fit_offline as it runs on this host (an emulated device's emulator, measurable); "
                      "hw (modelled): the plugin's cost model of the real device, never validated here")
+    gains = learner_gains(plan)
+    if gains:
+        lines += ["", "more learners (policy data-parallel, predicted updates/s against one learner):"]
+        for g in gains:
+            lines.append(f"  {g.parallel.mapping.learners} learners ({g.parallel.mapping.label()}): "
+                         f"x{g.speedup:.2f} of one learner's {_rate(g.single.prediction.updates_per_s)} updates/s -> "
+                         + ("pays" if g.pays else f"does not pay (bound: {g.parallel.prediction.bottleneck})"))
     if plan.excluded:
         lines += ["", "left out (each family once):"]
         lines += [f"  {k}: {v}" if v else f"  {k}" for k, v in plan.excluded.items()]
     knees = best_knees(plan)
     if knees:
-        lines += ["", "actor balance point (EMC2'20): actors beyond which throughput stops growing"]
+        lines += ["", "actor balance point (EMC2'20): the fewest actors whose supply (one actor running free, "
+                  "measured) meets what the learner, node or CPU take"]
         for item in knees:
             curve = ", ".join(f"{a}: {_rate(x)}" + (f" ({_rate(j)}/J)" if j else "") for a, x, j in item.curve)
             where = (f"{item.knee} actor{'s' if item.knee > 1 else ''}" if item.knee
-                     else f"still growing at {item.curve[-1][0]}")
-            lines.append(f"  learner on {item.compute} ({item.family}): {where}   [{curve}]")
+                     else f"supply still short at {item.curve[-1][0]}")
+            supply = (f" (one actor supplies {_rate(item.supply)}/s, the rest takes {_rate(item.demand)}/s)"
+                      if item.supply and item.demand else "")
+            lines.append(f"  learner on {item.compute} ({item.family}): {where}{supply}   [{curve}]")
     return "\n".join(lines)
 
 
@@ -472,24 +575,51 @@ def _energy_line(power: Any, host: dict[str, Any]) -> str:
             "--watts cpu=W to change it)")
 
 
+def _machine_cell(check: Any) -> str:
+    from rlbench.plan.measure import machine_note
+
+    return machine_note(check.machine) + (f" ({check.contended})" if check.contended else "")
+
+
 def format_checks(checks: list[Any], summary: dict[str, Any], *, seconds: float, offline: bool) -> str:
-    what = "fit_offline updates/s" if offline else f"env steps/s (run of warm-up + {seconds:g} s of learning)"
+    what = "fit_offline updates/s" if offline else f"env steps/s in each run's steady window (about {seconds:g} s)"
     body = []
     for c in checks:
         error = c.error
-        others = c.machine.get("other_processes_cores")
-        machine = ("contended" if c.machine.get("contended") else "quiet") + \
-            (f", others {others:.2f} cores" if others is not None else "")
-        body.append([str(c.rank) if c.rank else "default", c.mapping.label(), _rate(c.predicted), _rate(c.measured),
-                     "n/a" if error is None else f"{error:+.1%}", machine, c.status])
-    lines = ["", f"validation: predicted vs measured {what}"]
-    lines += _table(["rank", "mapping", "predicted", "measured", "error", "machine", "status"], body)
-    if summary["median_abs_error"] is not None:
-        lines.append(f"median |error| {summary['median_abs_error']:.1%} over {summary['validated']} mappings "
-                     f"(max {summary['max_abs_error']:.1%})")
+        label = {"top": str(c.rank), "default": "default", "holdout": "holdout"}.get(c.kind, c.kind)
+        body.append([label, c.mapping.label(), _rate(c.predicted) + f" ±{c.prediction.spread:.0%}",
+                     _rate(c.measured) + (f" ±{c.spread:.0%}" if c.spread is not None else ""),
+                     "n/a" if error is None else f"{error:+.1%}", _machine_cell(c), c.status])
+    lines = ["", f"validation: predicted (modelled) vs measured {what}"]
+    lines += _table(["run", "mapping", "predicted", "measured", "error", "machine", "status"], body)
+    for name, title in (("top_and_default", "top K and default"), ("holdout", "holdout (never calibrated)")):
+        part = summary[name]
+        if part["median_abs_error"] is not None:
+            lines.append(f"{title}: median |error| {part['median_abs_error']:.1%}, max {part['max_abs_error']:.1%} "
+                         f"over {part['measured']} mappings")
+    if summary["contended_runs"]:
+        lines.append(f"WARNING: {summary['contended_runs']} of {len(checks)} runs were measured while other processes "
+                     "used the machine: their errors are the machine's as much as the model's")
     if summary["first_vs_best"] is not None:
         lines.append(f"first choice ({summary['first_choice']}) measured {summary['first_vs_best']:.1%} of the best "
                      f"measured ({summary['best_measured']})")
+    return "\n".join(lines)
+
+
+def format_gain(outcome: Any, plan: Any) -> str:
+    if isinstance(outcome, str):
+        return f"\ncheck: not run: {outcome}"
+    c, b = outcome.candidate, outcome.baseline
+    lines = ["", f"check: {outcome.what} ({outcome.unit}, the same env steps and seed)"]
+    body = [[c.mapping.label(), _rate(c.predicted), _rate(c.measured), _machine_cell(c)],
+            [b.mapping.label(), _rate(b.predicted), _rate(b.measured), _machine_cell(b)]]
+    lines += _table(["mapping", "predicted", "measured", "machine"], body, left=1)
+    predicted, measured, error = outcome.predicted_gain, outcome.measured_gain, outcome.error
+    if predicted is not None and measured is not None:
+        lines.append(f"gain: predicted {predicted:+.1%} (x{1 + predicted:.2f}), measured {measured:+.1%} "
+                     f"(x{1 + measured:.2f}); measured / predicted {error:+.1%}")
+    else:
+        lines.append("gain: not measured (a run had too few episodes in its steady window)")
     return "\n".join(lines)
 
 
@@ -504,6 +634,6 @@ def format_sweep(checks: list[Any], item: Any, measured_knee: int | None) -> str
         lines.append(f"             P |{'#' * int(width * predicted / top):<{width}}|")
         lines.append(f"             M |{'=' * int(width * measured / top):<{width}}|")
     predicted_knee = item.knee if item else None
-    lines.append(f"knee: predicted {predicted_knee or 'none (still growing)'}, measured "
+    lines.append(f"knee: predicted {predicted_knee or 'none (supply still short)'}, measured "
                  f"{measured_knee or 'none (still growing)'}")
     return "\n".join(lines)

@@ -1,71 +1,90 @@
 """The performance model: env steps/s and updates/s of a mapping, predicted from a profile.
 
 A mapping is a job (algorithm, environment, hyperparameters) put on components: replay memory m,
-compute backend c, placement p (local / server / in-network), transport T, A actor processes, one
-host. Every figure comes from the host's profile (`rlbench.plan.profile`); nothing is a constant
-of this module except the rated power used where no meter exists (labelled ``modelled``).
+compute backend c, placement p (local / server / in-network), transport T, A actor processes, a
+distribution policy with N learners (single-learner: N = 1; data-parallel: N > 1), one host. Every
+figure comes from the host's profile (`rlbench.plan.profile`): micro measurements of each component,
+the real replay node's per-message costs over each transport, and calibration runs of the job on
+the calibrated components (prioritized replay, cpu, the first transport of `--calibrate`, one
+actor), each read in its steady window. The micro figures say how components differ; the
+calibration runs say what a loop costs beyond its parts. Nothing is a constant of this module
+except the rated power used where no meter exists (labelled ``modelled``).
 
 Notation (per env step = per transition; n envs per actor step; times in microseconds):
-  k = train_every (env steps per learner update), B = batch_size, P = publish_every,
-  C = transitions per actor INSERT message, cores = the host's usable cores (its fingerprint).
-  inf(c), env, learn(c), pub(c): actor inference, env step, learner update, weight publication;
-  add1(m), addC(m), sample(m), prio(m): the memory's add of one step / of one INSERT, sample(B),
-  update_priorities(B) (0 for a uniform memory). Differences d(x) are taken against the
-  calibration's components (prioritized replay, cpu).
+  k = train_every (env steps per update), B = batch_size, b = B / N (each learner's share),
+  P = publish_every, C = transitions per actor INSERT, cores = the host's usable cores.
+  inf(c), env, learn(c, b), load(c): actor inference, env step, a learner update on b transitions,
+  loading new weights into an actor; add1(m), addC(m): the memory's add of one step and of one
+  INSERT; cycle(m): update_priorities(B) and sample(B) alternated, what the replay node does for
+  each update (a memory may defer work from one call to the other); Δx = x(this mapping) -
+  x(the calibrated mapping).
 
 Samples per insert. The runtime fixes samples-per-insert to B/k (locally by training every k env
 steps, distributed by its rate limiter, which holds actors that run ahead and a learner that runs
 ahead), so in the steady state updates/s = env steps/s / k whichever side is the bottleneck: every
-constraint below is written in env steps/s, and U = X / k.
+constraint below is written in env steps/s, X, and U = X / k.
 
 Local (one process, everything in sequence; PEARL's iteration with nothing overlapped):
   step   = (inf(c) + env + add1(m)) / n + o_step
-  update = learn(c) + sample(m) + prio(m) + pub(c) / P + o_update
+  update = learn(c, B) + cycle(m) + load(c) / P + o_update
   X = 1 / (step + update / k)
-  o_step, o_update: the loop's own costs, from the local calibration run with backend c (its time
-  per step before learning starts, and per update after, minus the micro costs above) —
-  bookkeeping, copies, the cache misses an update leaves behind for the next inference, and what
-  a backend's threads or device calls cost inside a loop (cpu's run stands in for a backend
-  without its own).
+  o_step, o_update: the loop's own costs, from two calibration runs, one learner-heavy (k = 1) and
+  one actor-heavy (k = K): 1/X_1 = s + u and 1/X_K = s + u / K give the in-situ cost per step s
+  and per update u, less the micro figures. Why two: an update evicts the actor's working set
+  from the caches, so a step costs more while the learner works than in the warm-up before it
+  (measured here: 49 us against 44); a run with one k cannot tell that apart from the update's
+  own cost. A backend c other than cpu adds what its own k = 1 calibration shows beyond cpu's
+  (its threads, its device calls).
 
-Distributed (actors, a replay node and the learner are separate processes, PEARL's iteration
-extended): with f = min(1, A C / (k P)) the share of INSERTs after which an actor finds new
-weights to FETCH,
-  actor    a = (inf(c) + env) / n + o_actor + (insert_rtt - node_insert + f (fetch_rtt + o_fetch)) / C
-  learner  server:     l = learn(c) + o_learner + sample_rtt + d(sample(m)) + prio_send + pub_send / P
-           in-network: own = learn(c) + o_learner + prio_send + pub_send / P
-                       l = own + push_ready + max(0, push_round + d(sample(m)) - own)
-           (in-network the node samples and pushes the next batch while the learner learns; the
-           learner waits only for what the round takes beyond its own work)
-  node     v = (node_insert + d(addC(m)) + f node_fetch) / C
-               + (node_batch + d(sample(m)) + node_prio(m) + node_publish / P) / k
-  X = min(A / a, k / l, 1 / v, cores / (a + l_cpu / k + v))
-  This is PEARL's iteration time, t = t_sample + max(t_update + t_insert, t_learn), in rate form:
-  the replay node's work per update (v k: inserts, priority updates, batches) and the learner's
-  (l) run in different processes, so the slower one sets the pace (the max); sampling sits on the
-  learner's path in server placement (sample_rtt in l) and beside it in-network (overlap).
-  (l_cpu also counts the learner's extra torch threads: learn(c) x (its CPU share - 1).)
-  The transport's costs are per message, from a real replay node measured in isolation
-  (insert_rtt, fetch_rtt, sample_rtt, push_round, push_ready, *_send; node_*: the node's handling
-  time per message). o_actor and o_learner are the loops' own costs, from the calibration runs
-  (median over transports, per placement for the learner); o_fetch is what a FETCH costs an actor
-  in a working run beyond its isolated round trip (an actor-bound calibration run, where weights
-  change between INSERTs: its time per step less the unthrottled one, per fetch). A backend c
-  other than cpu adds its loop excess (d(o_step), d(o_update) of the local calibrations). The last bound is CPU contention: the
-  actors, the replay node and the learner share the host's cores, each busy for its per-step
-  demand (l_cpu = l minus the time the learner only waits for the node), so beyond `cores`
-  processes adding actors adds no throughput. That is the knee EMC2'20 measures: the actor count
-  where X(A + 1) < 1.05 X(A). The bottleneck named is the bound that binds.
-  Before learning starts (warm-up, learning_starts env steps) the learner idles and f = 0:
-  X_warm = min(A / a, 1 / v, cores / (a + v)), with the update terms left out. A distributed run's
-  rate limiter also lets actors run its slack ahead of the learner (`insert_lead`, the runtime's
-  own figure), which a short run fills at X_warm too. A run's average over S steps with L of warm-up
-  and slack is S / (L / X_warm + (S - L) / X) (`run_average`).
+Distributed (actors, a replay node and N learners are separate processes; PEARL's iteration,
+t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
+  X = min(A / a, k / l, 1 / v, CPU bound)
+  The learner's period per update (every term measured; the calibration run of placement p over
+  transport T0 splits its steady period into the learner's own time-split lines):
+    l = learn(c, b) rho + wait + weights + loop + group
+    rho    = the calibration learner's compute per update / learn(cpu, B) measured alone: in a run
+             the learner shares caches and, now and then, its core with the node and the actors.
+    wait   = wait_cal + Δcrit: what the learner waits for its batch. wait_cal is what the
+             calibration learner timed (its SAMPLE round trips or push waits, and its priority
+             sends, per update); waking the node, which sleeps while the learner computes, is in it.
+             crit, what lies on that path, server: the node handles the learner's priorities and,
+             every P updates, its weights just before the SAMPLE that follows them on the same
+             connection, so crit = sample_rtt_busy(T) + prio_send(T) + node_prio(T)
+             + node_publish(T)/P + cycle(m), the round trip timed after a millisecond of the
+             client's work (the node idle meanwhile, as in a run: waking it is the transport's own
+             cost, ~80 us for a sleeping shm peer); in-network the node draws the next batch while the learner learns (the
+             overlap that makes in-network pay), so the learner waits only for the push and for
+             what the round takes beyond its own work: crit = push_ready(T) + prio_send(T)
+             + max(0, push_round(T) + Δcycle(m) - own). With N learners the node serves their
+             requests one after another: each waits for (N - 1) / 2 others' node work on average.
+    weights = weights_cal + Δ(publish_send(T) / P): the learner's weight sends (learner 0's).
+    loop   = the calibration learner's own loop line (+ a backend's loop excess, as locally).
+    group  = allreduce(N) + agreement (policy data-parallel): the profile's gloo all-reduce of the
+             learner's parameters between 2 processes, times N - 1 for N learners (a ring's steps).
+  The actor's period per env step, running free:
+    a = a_cal + Δinf(c) / n + Δinsert_send(T) / C + f (fetch_rtt(T) + load(c)) / C
+    a_cal: the calibration actor's rate alone, in its warm-up (its loop, copies, the INSERT it
+    keeps in flight while it steps: one INSERT is pipelined, so only its sending costs the
+    actor); f = min(1, A C / (k P)) the share of INSERTs after which an actor finds new weights
+    to FETCH (a round trip it waits for).
+  The replay node's work per env step (its own process, one event loop):
+    v = (node_insert(T) + ΔaddC(m)) / C + f node_fetch(T) / C
+        + N (node_batch(T) + node_prio(T) + Δcycle(m)) / k + node_publish(T) / (k P)
+  The CPU bound: the roles share the host's cores; while they run free each is on a CPU for its
+  work: a per env step for the actor that made it, N (l - wait) / k for the learners (waiting is
+  off the CPU), v for the node, which also polls while idle (node_idle cores, calibrated):
+    X_cpu = (cores - node_idle) / ((a + N (l - wait) / k + v) (1 + kappa [A + N > cores]))
+  kappa: when more processes are runnable than there are cores, the scheduler time-slices them
+  and each slice starts with cold caches, so all work costs more CPU than with a core each. The
+  saturated calibration run (cores actors, actor-heavy, every core busy) measures it: kappa =
+  X_cpu(kappa = 0) / X_measured - 1. That is the knee EMC2'20 measures: the actor count where
+  the actors' supply A / a stops being the bound (a learner, the node or the CPU binds instead).
+  The bottleneck named is the bound that binds, with its largest term.
 
 Not modelled: other processes' use of the cores (the profile and every validation run record it:
-`machine_state`; the plan warns when its profile was measured contended), and the CPU a blocked
-role burns busy-polling before it sleeps (shm, dpdk). On a shared machine both slow distributed
-mappings well below their prediction; a local mapping, one process, holds much better.
+`machine_state`; `rlbench plan` refuses a contended profile unless told otherwise); kappa growing
+with the number of processes beyond cores + 1 (measured here: 4 actors at 0.9x the prediction);
+the learner slowing a little as busier actors share its core (up to ~10 % at 2 actors, k = 4).
 
 Tabular offline (SwiftRL): fit_offline on backend c (with its options, e.g. DPUs) over a dataset
 of D transitions for E epochs: seconds = fixed(c) + per_update(c) * D * E, both fitted from the
@@ -78,23 +97,25 @@ Energy. Where RAPL was readable when profiling, power = idle + per busy core x b
 those measured watts (energy is still a prediction). Without a meter, a rated figure per busy core
 (DEFAULT_WATTS_PER_CORE, or `--watts cpu=W`) is used and every figure it gives is labelled
 ``modelled``. samples/J = samples/s / watts.
+
+Spread. Each prediction carries a relative spread: the spreads the profile recorded for the
+figures of its binding bound, weighted by each term's share of it (root sum of squares).
 """
 
 from __future__ import annotations
 
 import itertools
-import statistics
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 DEFAULT_WATTS_PER_CORE = 10.0  # rated package power per busy core, an assumption (no meter here)
-KNEE_GAIN = 0.05  # an actor that adds less than this share of throughput is past the knee
-PUSH_CREDIT_DEFAULT = 2
+KNEE_GAIN = 0.05  # an actor that adds less than this share of throughput is past the knee (measured sweeps)
 
 
 @dataclass(frozen=True)
 class Mapping:
-    """One way to run a job: components, placement, actors, host (and dataset, for offline tabular)."""
+    """One way to run a job: components, placement, policy, actors, host (and dataset, offline)."""
 
     algo: str
     env: str
@@ -108,11 +129,14 @@ class Mapping:
     dataset: int | None = None
     options: tuple[tuple[str, str, Any], ...] = ()  # (kind, param, value) of plugins' run options
     hyperparameters: tuple[tuple[str, Any], ...] = ()
+    policy: str = "single-learner"
+    learners: int = 1
 
     @property
     def family(self) -> tuple[Any, ...]:
         """Everything but the actor count (the knee is found within a family)."""
-        return (self.host, self.placement, self.transport, self.replay, self.compute, self.options, self.dataset)
+        return (self.host, self.placement, self.transport, self.replay, self.compute, self.options, self.dataset,
+                self.policy, self.learners)
 
     def option_text(self) -> str:
         return ",".join(f"{param}={value}" for _, param, value in self.options)
@@ -124,6 +148,8 @@ class Mapping:
         if self.replay:
             parts.append(self.replay)
         parts.append(self.compute + (f"[{self.option_text()}]" if self.options else ""))
+        if self.learners > 1:
+            parts.append(f"{self.policy} x{self.learners}")
         if self.dataset is not None:
             parts.append(f"dataset {self.dataset:,}")
         elif self.placement != "local":
@@ -141,7 +167,17 @@ class Mapping:
         return RunConfig(algo=self.algo, env=self.env, replay=self.replay, compute=self.compute,
                          transport=self.transport or "shm", placement=self.placement, actors=self.actors,
                          num_envs=self.num_envs, dataset=self.dataset, hyperparameters=hyperparameters,
-                         options=options, **budget)
+                         options=options, policy=self.policy, learners=self.learners, **budget)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of a bound: microseconds per env step (or per update, inside the learner's period)
+    and the relative spread of the measurement it comes from."""
+
+    name: str
+    us: float
+    spread: float = 0.0
 
 
 @dataclass
@@ -155,9 +191,12 @@ class Prediction:
     watts: float | None = None
     energy_kind: str | None = None  # "from measured power (rapl)" or "modelled"; None: not predicted
     samples_per_joule: float | None = None
-    warm_env_steps_per_s: float | None = None  # before learning starts
     modelled: dict[str, Any] | None = None  # a hardware prediction kept apart (kind "modelled")
     seconds: float | None = None  # offline: the predicted fit_offline time
+    spread: float = 0.0  # relative spread of the prediction (from the profile's spreads)
+    terms: list[Term] = field(default_factory=list)  # the binding bound's terms, per env step
+    actor_supply: float | None = None  # env steps/s one actor supplies running free
+    demand: float | None = None  # env steps/s the rest of the mapping takes at most (its tightest other bound)
 
     @property
     def throughput(self) -> float:
@@ -217,67 +256,150 @@ def _figure(table: dict[str, Any], name: str | None, what: str) -> dict[str, Any
     return entry
 
 
+def _spread(entry: dict[str, Any], name: str) -> float:
+    value = (entry.get("spread") or {}).get(name, 0.0)
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+
 def _cores(host: dict[str, Any]) -> float:
     fingerprint = host.get("fingerprint") or {}
     return float(fingerprint.get("cores_usable") or fingerprint.get("cores") or 1)
 
 
+def learn_us(compute: dict[str, Any], batch: int, full_batch: int) -> float:
+    """A learner update on `batch` transitions: measured at that batch size (a data-parallel share)."""
+    if batch == full_batch:
+        return compute["learner_update_us"]
+    measured = (compute.get("learner_update_by_batch") or {}).get(str(batch))
+    if measured is None:
+        raise ModelError(f"no learner update on {batch} transitions in the profile (run `rlbench profile` again)")
+    return measured
+
+
+def cycle_us(memory: dict[str, Any]) -> float:
+    """What one update costs the memory in the replay node: priorities then a batch, alternated."""
+    if "cycle_us" in memory:
+        return memory["cycle_us"]
+    return memory["sample_us"] + (memory["update_us"] if memory["prioritized"] else 0.0)
+
+
 @dataclass(frozen=True)
 class _Parts:
-    """A job's micro figures for one replay memory and one compute backend, and the reference's."""
+    """A job's micro figures for one replay memory and one compute backend."""
 
     inference: float
     env: float
     learn: float
     learn_share: float  # CPU cores busy while the learner updates (torch threads)
-    publish: float
+    load: float  # new weights into an actor
     add_step: float
     add_insert: float
-    sample: float
-    prio: float
+    cycle: float
     prioritized: bool
-    reference: dict[str, float]
+    spreads: dict[str, float]
 
 
-def _parts(job: dict[str, Any], replay: str | None, compute: str) -> _Parts:
+def _parts(job: dict[str, Any], replay: str | None, compute: str, batch: int | None = None) -> _Parts:
     c = _figure(job["compute"], compute, "compute backend")
     m = _figure(job["replay"], replay, "replay memory")
-    rc = _figure(job["compute"], "cpu", "compute backend")
-    rm = _figure(job["replay"], "prioritized", "replay memory")
-    reference = {"inference": rc["inference_us"], "learn": rc["learner_update_us"], "publish": rc["publish_us"],
-                 "add_step": rm["add_step_us"], "add_insert": rm["add_insert_us"], "sample": rm["sample_us"],
-                 "prio": rm["update_us"]}
-    return _Parts(c["inference_us"], job["env_step_us"], c["learner_update_us"], c.get("learner_cpu_share", 1.0),
-                  c["publish_us"], m["add_step_us"],
-                  m["add_insert_us"], m["sample_us"], m["update_us"] if m["prioritized"] else 0.0, m["prioritized"],
-                  reference)
+    full = job["hyperparameters"]["batch_size"]
+    learn = learn_us(c, batch or full, full)
+    spreads = {"inference": _spread(c, "inference_us"), "learn": _spread(c, "learner_update_us"),
+               "env": _spread(job, "env_step_us"), "cycle": _spread(m, "cycle_us")}
+    return _Parts(c["inference_us"], job["env_step_us"], learn, c.get("learner_cpu_share", 1.0), c["publish_us"],
+                  m["add_step_us"], m["add_insert_us"], cycle_us(m), m["prioritized"], spreads)
 
 
-# ------------------------------------------------------------------------- calibrated overheads
-def local_overheads(job: dict[str, Any], compute: str = "cpu") -> tuple[float, float]:
-    """(o_step, o_update): the local loop's costs beyond the micro figures, from the local
-    calibration run with this compute backend (with cpu's where the backend has none)."""
-    runs = job.get("calibration") or {}
-    run, compute = (runs[f"local/{compute}"], compute) if "free_step_us" in runs.get(f"local/{compute}", {}) \
-        else (runs.get("local") or {}, "cpu")
-    if "free_step_us" not in run:
-        return 0.0, 0.0
-    ref = _parts(job, "prioritized", compute)
-    n = job["num_envs"]
-    calibrated_every = job["hyperparameters"]["publish_every"]
-    step = run["free_step_us"] - (ref.inference + ref.env + ref.add_step) / n
-    update = run["update_us"] - (ref.learn + ref.sample + ref.prio + ref.publish / calibrated_every)
-    return step, update
+def _calibration(job: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """A calibration setting's combined figures, or None when it was not run or failed."""
+    run = (job.get("calibration") or {}).get(key)
+    if not run or "failed" in run or "env_steps_per_s" not in run:
+        return None
+    return run
+
+
+def _calibrated_publish_every(job: dict[str, Any]) -> int:
+    return job["hyperparameters"]["publish_every"]
+
+
+# ------------------------------------------------------------------------------------- local
+@dataclass(frozen=True)
+class LocalCosts:
+    """The local loop's in-situ costs per env step and per update, and where they come from."""
+
+    step: float
+    update: float
+    step_spread: float
+    update_spread: float
+
+
+def local_costs(job: dict[str, Any]) -> LocalCosts:
+    """s and u of the local loop with the calibrated components (cpu, prioritized): from the
+    learner-heavy and actor-heavy calibration runs (two equations); without the actor-heavy one,
+    the learner-heavy run's warm-up stands in for s."""
+    heavy = _calibration(job, "local")
+    if heavy is None:
+        raise ModelError("the profile has no local calibration run of this job (run `rlbench profile` again)")
+    light = _calibration(job, "local/actor-heavy")
+    period_1 = 1e6 / heavy["env_steps_per_s"]
+    spread_1 = _spread(heavy, "env_steps_per_s")
+    if light is not None and light["train_every"] > 1:
+        period_k, k = 1e6 / light["env_steps_per_s"], light["train_every"]
+        update = (period_1 - period_k) / (1 - 1 / k)
+        step = period_1 - update
+        if step > 0 and update > 0:
+            spread_k = _spread(light, "env_steps_per_s")
+            return LocalCosts(step, update, spread_k, (period_1 * spread_1 + period_k * spread_k) / update)
+    if "free_step_us" not in heavy:
+        raise ModelError("the local calibration run did not time the loop's steps (run `rlbench profile` again)")
+    step = heavy["free_step_us"]
+    return LocalCosts(step, max(period_1 - step, 0.0), _spread(heavy, "free_step_us"), spread_1)
 
 
 def compute_excess(job: dict[str, Any], compute: str) -> tuple[float, float]:
-    """What a compute backend costs in a loop beyond its micro figures, compared with cpu's (its
-    threads, its device calls): the difference of the local calibrations' overheads."""
-    step, update = local_overheads(job, compute)
-    cpu_step, cpu_update = local_overheads(job, "cpu")
-    return step - cpu_step, update - cpu_update
+    """What a compute backend costs in the local loop beyond its micro figures, compared with cpu's
+    (its threads, its device calls), from its own learner-heavy calibration run: (per step, per
+    update). Zero for cpu and for a backend without a calibration run."""
+    own, cpu = _calibration(job, f"local/{compute}"), _calibration(job, "local")
+    if compute == "cpu" or own is None or cpu is None or "free_step_us" not in own or "free_step_us" not in cpu:
+        return 0.0, 0.0
+    n = job["num_envs"]
+    mine, ref = _parts(job, "prioritized", compute), _parts(job, "prioritized", "cpu")
+    every = _calibrated_publish_every(job)
+    step = (own["free_step_us"] - mine.inference / n) - (cpu["free_step_us"] - ref.inference / n)
+    own_update = 1e6 / own["env_steps_per_s"] - own["free_step_us"] - mine.learn - mine.load / every
+    cpu_update = 1e6 / cpu["env_steps_per_s"] - cpu["free_step_us"] - ref.learn - ref.load / every
+    return step, own_update - cpu_update
 
 
+def predict_local(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -> Prediction:
+    p = _parts(job, mapping.replay, mapping.compute)
+    ref = _parts(job, "prioritized", "cpu")
+    costs = local_costs(job)
+    extra_step, extra_update = compute_excess(job, mapping.compute)
+    n, k, every = job["num_envs"], schedule.train_every, schedule.publish_every
+    micro_step = lambda q: (q.inference + q.env + q.add_step) / n  # noqa: E731
+    micro_update = lambda q, P: q.learn + q.cycle + q.load / P  # noqa: E731
+    o_step = costs.step - micro_step(ref) + extra_step
+    o_update = costs.update - micro_update(ref, _calibrated_publish_every(job)) + extra_update
+    step_terms = [Term("actor inference", p.inference / n, p.spreads["inference"]), Term("env step", p.env / n, p.spreads["env"]),
+                  Term("replay add", p.add_step / n), Term("actor loop", o_step, costs.step_spread)]
+    update_terms = [Term("learner update", p.learn / k, costs.update_spread),
+                    Term("replay sample+priorities", p.cycle / k, p.spreads["cycle"]),
+                    Term("weights publish", p.load / every / k), Term("learner loop", o_update / k, costs.update_spread)]
+    # a calibration can say the loop costs less than its parts measured alone; never below half of them
+    step = max(0.5 * micro_step(p), sum(t.us for t in step_terms))
+    update = max(0.5 * micro_update(p, every), k * sum(t.us for t in update_terms))
+    per_step = step + update / k
+    x = 1e6 / per_step
+    terms = step_terms + update_terms
+    busy = 1.0 + max(0.0, p.learn_share - 1.0) * (p.learn / k) / per_step  # torch's extra threads
+    return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
+                      bottleneck=f"one process: {_largest(terms)}", bounds={"one process": x}, busy_cores=busy,
+                      spread=_combined_spread(terms), terms=terms)
+
+
+# ------------------------------------------------------------------------------- distributed
 def _node(job: dict[str, Any], transport: str, placement: str) -> dict[str, Any]:
     entry = (job.get("replay_node") or {}).get(f"{transport}/{placement}")
     if not entry:
@@ -296,48 +418,168 @@ def _batch_cost(job: dict[str, Any], transport: str, node: dict[str, Any]) -> fl
     return cost if cost is not None else node.get("sample_rtt_us", 0.0) / 2
 
 
-def _learner_comm(node: dict[str, Any], placement: str, own: float, d_sample: float, publish_every: int) -> float:
-    """What the learner spends on the replay node per update, given `own` (its compute and sends)."""
+def _insert_send(node: dict[str, Any]) -> float:
+    """What an INSERT costs the actor that sends it: it keeps one in flight while it steps, so the
+    round trip less the node's handling (the wire, the codec, the reply's receive)."""
+    return max(0.0, node["insert_rtt_us"] - node["node"].get("insert_us", 0.0))
+
+
+@dataclass(frozen=True)
+class DistributedCalibration:
+    """What a placement's calibration runs measured, as the model uses it."""
+
+    transport: str
+    period: float  # the learner's period per update (1 / steady updates/s)
+    compute: float  # its compute line per update
+    wait: float  # its wait for each batch and its priority send, per update
+    weights: float
+    loop: float
+    free_step: float  # the actor's step running alone (warm-up)
+    node_idle: float  # cores the node uses polling while idle
+    kappa: float  # extra CPU per unit of work when processes outnumber cores
+    spreads: dict[str, float]
+
+
+def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -> DistributedCalibration:
+    runs = [(key, run) for key, run in (job.get("calibration") or {}).items()
+            if key.count("/") == 1 and run.get("placement") == placement and not key.startswith("local")]
+    run = next((r for _, r in runs if "failed" not in r and "learner_compute_us" in r and "env_steps_per_s" in r), None)
+    if run is None:
+        raise ModelError(f"the profile has no {placement} calibration run of this job (run `rlbench profile` again)")
+    k = run.get("train_every", 1)
+    period = 1e6 * k / run["env_steps_per_s"]
+    free = run.get("free_step_us")
+    if free is None:
+        raise ModelError(f"the {placement} calibration run did not time its actor alone (run `rlbench profile` again)")
+    node_idle = max(0.0, run.get("node_cores", 0.0) - run.get("node_cpu_us", 0.0) * run["env_steps_per_s"] / 1e6) \
+        if "node_cores" in run else 0.0
+    weights, loop = run.get("learner_weights_us", 0.0), run.get("learner_loop_us", 0.0)
+    # the wait as the learner timed it; where it did not, what its period leaves
+    wait = run.get("learner_wait_us", max(0.0, period - run["learner_compute_us"] - weights - loop))
+    spreads = {"period": _spread(run, "env_steps_per_s"), "compute": _spread(run, "learner_compute_us"),
+               "wait": _spread(run, "learner_wait_us"), "free_step": _spread(run, "free_step_us")}
+    calibrated = DistributedCalibration(run["transport"], period, run["learner_compute_us"], wait, weights, loop,
+                                        free, node_idle, 0.0, spreads)
+    return replace(calibrated, kappa=_kappa(job, calibrated, cores))
+
+
+def _kappa(job: dict[str, Any], calibrated: DistributedCalibration, cores: float) -> float:
+    """kappa from the saturated calibration run: its CPU bound with kappa = 0, over what it measured."""
+    saturated = next((r for key, r in (job.get("calibration") or {}).items()
+                      if key.endswith("/saturated") and "failed" not in r and "env_steps_per_s" in r), None)
+    if saturated is None:
+        return 0.0
+    mapping = Mapping(job["algo"], job["env"], "cpu", placement="server", replay="prioritized",
+                      transport=saturated["transport"], actors=saturated["actors"])
+    schedule = Schedule(job["hyperparameters"]["batch_size"], saturated["train_every"],
+                        _calibrated_publish_every(job))
+    try:
+        cpu_bound = _distributed_bounds(mapping, job, schedule, cores, replace(calibrated, kappa=0.0))["cpu"]
+    except ModelError:
+        return 0.0
+    return max(0.0, cpu_bound / saturated["env_steps_per_s"] - 1.0)
+
+
+def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
+    """What lies on the learner's path to its next batch, beyond its own work (module docstring: crit)."""
     if placement == "server":
-        return node["sample_rtt_us"] + d_sample
-    return node["push_ready_us"] + max(0.0, node["push_round_us"] + d_sample - own)
+        rtt = node.get("sample_rtt_busy_us", node["sample_rtt_us"])  # asked after work, as a learner asks
+        return (rtt + node["priorities_send_us"] + node["node"].get("priorities_us", 0.0)
+                + node["node"].get("publish_us", 0.0) / publish_every + memory_cycle)
+    return node["push_ready_us"] + node["priorities_send_us"] + max(0.0, node["push_round_us"] + memory_cycle - own)
 
 
-def distributed_overheads(job: dict[str, Any]) -> dict[str, float]:
-    """o_actor and o_learner per placement: what the calibration runs took beyond the micro and
-    replay-node figures (median over the calibrated transports)."""
-    ref = _parts(job, "prioritized", "cpu")
+def _group_us(job: dict[str, Any], learners: int) -> float:
+    if learners <= 1:
+        return 0.0
+    measured = job.get("allreduce") or {}
+    if not measured.get("available"):
+        raise ModelError(f"no all-reduce measured for policy data-parallel: {measured.get('reason', 'profile again')}")
+    return (measured["allreduce_us"] + measured.get("agreement_us", 0.0)) * (learners - 1)
+
+
+def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedule, cores: float,
+                        calibrated: DistributedCalibration) -> dict[str, Any]:
+    """Every bound of a distributed mapping, in env steps/s, with the terms behind each."""
     n, chunk = job["num_envs"], job["insert_transitions"]
-    every = job["hyperparameters"]["publish_every"]
-    actor, learner = [], {"server": [], "in-network": []}
-    runs = job.get("calibration") or {}
-    fetch_extra = []
-    for key, run in runs.items():
-        if run.get("placement") == "local" or "update_us" not in run:
-            continue
-        transport, placement = run["transport"], run["placement"]
-        try:
-            node = _node(job, transport, placement)
-        except ModelError:
-            continue
-        actor.append(run["free_step_us"] - (ref.inference + ref.env) / n
-                     - max(0.0, node["insert_rtt_us"] - node["node"].get("insert_us", 0.0)) / chunk)
-        own = ref.learn + node["priorities_send_us"] + node["publish_send_us"] / every
-        learner[placement].append(run["update_us"] - own - _learner_comm(node, placement, own, 0.0, every))
-        bound = runs.get(f"{key}/actors") or {}
-        if "actor_learning_us" in bound:  # a FETCH in a working run costs more than alone: the excess
-            fetches = min(1.0, chunk / (bound["train_every"] * every))
-            per_fetch = (bound["actor_learning_us"] - run["free_step_us"]) * chunk / fetches
-            fetch_extra.append(max(0.0, per_fetch - node["fetch_rtt_us"]))
-    overheads = {"actor": statistics.median(actor) if actor else 0.0,
-                 "fetch": statistics.median(fetch_extra) if fetch_extra else 0.0}
-    for placement, values in learner.items():
-        overheads[f"learner/{placement}"] = statistics.median(values) if values else 0.0
-    overheads["calibrated"] = float(bool(actor))
-    return overheads
+    k, every, actors, learners = schedule.train_every, schedule.publish_every, mapping.actors, mapping.learners
+    full = job["hyperparameters"]["batch_size"]
+    if full % learners:
+        raise ModelError(f"batch {full} does not split into {learners} learners")
+    p = _parts(job, mapping.replay, mapping.compute, batch=full // learners)
+    ref = _parts(job, "prioritized", "cpu")
+    node = _node(job, mapping.transport, mapping.placement)
+    ref_node = _node(job, calibrated.transport, mapping.placement)
+    d_cycle = p.cycle - ref.cycle
+    fetch_share = min(1.0, actors * chunk / (k * every))
+    extra_step, extra_update = compute_excess(job, mapping.compute)
+    # the learner's period per update
+    rho = calibrated.compute / ref.learn if ref.learn > 0 else 1.0
+    compute = p.learn * rho
+    weights = max(0.0, calibrated.weights + node["publish_send_us"] / every
+                  - ref_node["publish_send_us"] / _calibrated_publish_every(job))
+    loop = calibrated.loop + extra_update
+    group = _group_us(job, learners)
+    own = compute + weights + loop + node["priorities_send_us"]
+    ref_own = calibrated.compute + calibrated.weights + calibrated.loop + ref_node["priorities_send_us"]
+    wait_cal = calibrated.wait
+    queue = (learners - 1) / 2 * (_batch_cost(job, mapping.transport, node) + node["node"].get("priorities_us", 0.0))
+    wait = max(0.0, wait_cal + _critical(node, mapping.placement, d_cycle, own, every) + queue
+               - _critical(ref_node, mapping.placement, 0.0, ref_own, _calibrated_publish_every(job)))
+    learner_terms = [Term("update", compute / k, calibrated.spreads["compute"]),
+                     Term("waiting for the replay node", wait / k, calibrated.spreads["wait"]),
+                     Term("weight sends", weights / k), Term("loop", loop / k), Term("all-reduce", group / k)]
+    learner = sum(t.us for t in learner_terms) * k
+    # the actor running free
+    fetch = fetch_share * (node["fetch_rtt_us"] + p.load) / chunk
+    actor_terms = [Term("actor alone", calibrated.free_step, calibrated.spreads["free_step"]),
+                   Term("inference", (p.inference - ref.inference) / n + extra_step, p.spreads["inference"]),
+                   Term("INSERT sends", (_insert_send(node) - _insert_send(ref_node)) / chunk),
+                   Term("weight fetches", fetch)]
+    a = max(0.2 * calibrated.free_step, sum(t.us for t in actor_terms))
+    # the replay node
+    node_terms = [Term("INSERTs", (node["node"].get("insert_us", 0.0) + p.add_insert - ref.add_insert) / chunk),
+                  Term("FETCHes", fetch_share * node["node"].get("fetch_us", 0.0) / chunk),
+                  Term("batches and priorities", learners * (_batch_cost(job, mapping.transport, node)
+                                                             + node["node"].get("priorities_us", 0.0) + d_cycle) / k),
+                  Term("weights", node["node"].get("publish_us", 0.0) / (k * every))]
+    v = max(1e-3, sum(t.us for t in node_terms))
+    # the cores
+    learner_cpu = learners * (learner - wait) / k + learners * max(0.0, p.learn_share - 1.0) * compute / k
+    saturated = actors + learners > cores
+    inflation = 1.0 + (calibrated.kappa if saturated else 0.0)
+    capacity = max(0.1, cores - calibrated.node_idle)
+    cpu_terms = [Term("actors", a * inflation, calibrated.spreads["free_step"]),
+                 Term("learners", learner_cpu * inflation, calibrated.spreads["compute"]),
+                 Term("replay node", v * inflation)]
+    return {"actors": 1e6 * actors / a, "learner": 1e6 * k / learner, "node": 1e6 / v,
+            "cpu": 1e6 * capacity / sum(t.us for t in cpu_terms),
+            "terms": {"actors": actor_terms, "learner": learner_terms, "node": node_terms, "cpu": cpu_terms},
+            "a": a, "v": v, "learner_cpu": learner_cpu, "inflation": inflation, "capacity": capacity}
 
 
-# --------------------------------------------------------------------------------- prediction
+def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, Any], schedule: Schedule) -> Prediction:
+    cores = _cores(host)
+    calibrated = distributed_calibration(job, mapping.placement, cores)
+    bounds = _distributed_bounds(mapping, job, schedule, cores, calibrated)
+    actors, k = mapping.actors, schedule.train_every
+    who = "learners" if mapping.learners > 1 else "learner"
+    named = {f"actors ({actors})": bounds["actors"], who: bounds["learner"], "replay node": bounds["node"],
+             f"CPU ({cores:g} cores)": bounds["cpu"]}
+    keys = dict(zip(named, ("actors", "learner", "node", "cpu")))
+    name = min(named, key=named.get)
+    x = named[name]
+    terms = bounds["terms"][keys[name]]
+    detail = name if keys[name] == "actors" else f"{name}: {_largest(terms)}"
+    busy = min(cores, x * (bounds["a"] + bounds["learner_cpu"] + bounds["v"]) * bounds["inflation"] / 1e6
+               + calibrated.node_idle)
+    others = min(v for key, v in named.items() if keys[key] != "actors")
+    return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
+                      bottleneck=detail, bounds=named, busy_cores=busy, spread=_combined_spread(terms), terms=terms,
+                      actor_supply=1e6 / bounds["a"], demand=others)
+
+
+# ----------------------------------------------------------------------------------- shared
 def predict(mapping: Mapping, job: dict[str, Any], host: dict[str, Any], schedule: Schedule,
             power: Power) -> Prediction:
     if job["kind"] == "tabular-offline":
@@ -347,77 +589,20 @@ def predict(mapping: Mapping, job: dict[str, Any], host: dict[str, Any], schedul
     return power.apply(predict_distributed(mapping, job, host, schedule))
 
 
-def _largest(parts: dict[str, float]) -> str:
-    total = sum(parts.values())
-    name = max(parts, key=parts.get)
-    return f"{name} {parts[name] / total:.0%}" if total > 0 else name
+def _largest(terms: list[Term]) -> str:
+    positive = [t for t in terms if t.us > 0]
+    total = sum(t.us for t in positive)
+    if not positive or total <= 0:
+        return terms[0].name if terms else ""
+    top = max(positive, key=lambda t: t.us)
+    return f"{top.name} {top.us / total:.0%}"
 
 
-def predict_local(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -> Prediction:
-    p = _parts(job, mapping.replay, mapping.compute)
-    o_step, o_update = local_overheads(job, mapping.compute)
-    n, k, every = job["num_envs"], schedule.train_every, schedule.publish_every
-    step_parts = {"actor inference": p.inference / n, "env step": p.env / n, "replay add": p.add_step / n,
-                  "actor loop": o_step}
-    update_parts = {"learner update": p.learn, "replay sample+priorities": p.sample + p.prio,
-                    "weights publish": p.publish / every, "learner loop": o_update}
-    # a calibration can say the loop costs less than its parts measured alone; never below half of them
-    micro_step = sum(v for name, v in step_parts.items() if name != "actor loop")
-    micro_update = sum(v for name, v in update_parts.items() if name != "learner loop")
-    warm_step = max(0.5 * micro_step, sum(step_parts.values()))
-    per_step = warm_step + max(0.5 * micro_update, sum(update_parts.values())) / k
-    x = 1e6 / per_step
-    shares = {**step_parts, **{name: v / k for name, v in update_parts.items()}}
-    shares = {name: max(0.0, v) for name, v in shares.items()}
-    busy = 1.0 + max(0.0, p.learn_share - 1.0) * (p.learn / k) / per_step  # torch's extra threads
-    return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
-                      bottleneck=f"one process: {_largest(shares)}", bounds={"one process": x}, busy_cores=busy,
-                      warm_env_steps_per_s=1e6 / warm_step)
-
-
-def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, Any], schedule: Schedule) -> Prediction:
-    p = _parts(job, mapping.replay, mapping.compute)
-    node = _node(job, mapping.transport, mapping.placement)
-    overheads = distributed_overheads(job)
-    n, chunk = job["num_envs"], job["insert_transitions"]
-    k, every, actors, cores = schedule.train_every, schedule.publish_every, mapping.actors, _cores(host)
-    d = p.reference
-    fetch_share = min(1.0, actors * chunk / (k * every))
-
-    extra_step, extra_update = compute_excess(job, mapping.compute)
-
-    def actor_step(fetches: float) -> float:
-        sends = max(0.0, node["insert_rtt_us"] - node["node"].get("insert_us", 0.0)) + \
-            fetches * (node["fetch_rtt_us"] + overheads["fetch"])
-        return (p.inference + p.env) / n + overheads["actor"] + extra_step + sends / chunk
-
-    a, a_warm = actor_step(fetch_share), actor_step(0.0)
-    own = p.learn + overheads[f"learner/{mapping.placement}"] + extra_update + node["priorities_send_us"] + \
-        node["publish_send_us"] / every
-    d_sample = p.sample - d["sample"]
-    comm = _learner_comm(node, mapping.placement, own, d_sample, every)
-    learner = own + comm
-    batch = _batch_cost(job, mapping.transport, node)
-    node_prio = node["node"].get("priorities_us", 0.0) + (p.prio - d["prio"] if p.prioritized else -d["prio"])
-    v_insert = (node["node"].get("insert_us", 0.0) + p.add_insert - d["add_insert"]) / chunk
-    v = v_insert + fetch_share * node["node"].get("fetch_us", 0.0) / chunk + \
-        (batch + d_sample + max(0.0, node_prio) + node["node"].get("publish_us", 0.0) / every) / k
-    # The learner's CPU: its own work and the receive; not the time the node spends on its batch.
-    learner_cpu = own + (node["push_ready_us"] if mapping.placement == "in-network" else
-                         max(0.0, node["sample_rtt_us"] - batch)) + max(0.0, p.learn_share - 1.0) * p.learn
-    bounds = {f"actors ({actors})": 1e6 * actors / a, "learner": 1e6 * k / learner, "replay node": 1e6 / v,
-              f"CPU ({cores:g} cores)": 1e6 * cores / (a + learner_cpu / k + v)}
-    name = min(bounds, key=bounds.get)
-    x = bounds[name]
-    detail = name
-    if name == "learner":
-        detail = "learner: " + _largest({"update": p.learn, "replay node": comm,
-                                         "sends": node["priorities_send_us"] + node["publish_send_us"] / every,
-                                         "loop": max(0.0, overheads[f"learner/{mapping.placement}"])})
-    warm = min(1e6 * actors / a_warm, 1e6 / max(v_insert, 1e-9), 1e6 * cores / (a_warm + v_insert))
-    busy = min(cores, x * (a + learner_cpu / k + v) / 1e6)
-    return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
-                      bottleneck=detail, bounds=bounds, busy_cores=busy, warm_env_steps_per_s=warm)
+def _combined_spread(terms: list[Term]) -> float:
+    total = sum(max(0.0, t.us) for t in terms)
+    if total <= 0:
+        return 0.0
+    return math.sqrt(sum((max(0.0, t.us) * t.spread) ** 2 for t in terms)) / total
 
 
 def predict_tabular(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -> Prediction:
@@ -428,7 +613,8 @@ def predict_tabular(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -
     seconds = setting["fixed_s"] + setting["per_update_s"] * updates
     rate = updates / seconds if seconds > 0 else 0.0
     breakdown = setting.get("breakdown") or {}
-    bottleneck = ("emulator: " + _largest(breakdown)) if breakdown else "TD updates on the " + setting["device"]
+    bottleneck = ("emulator: " + _largest([Term(k, v) for k, v in breakdown.items()])) if breakdown \
+        else "TD updates on the " + setting["device"]
     if setting["fixed_s"] > setting["per_update_s"] * updates:
         bottleneck += " (fixed costs dominate at this size)"
     modelled = None
@@ -437,9 +623,10 @@ def predict_tabular(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -
         m_seconds = m["fixed_s"] + m["per_update_s"] * updates
         modelled = {"kind": "modelled", "what": m["what"], "seconds": m_seconds,
                     "updates_per_s": updates / m_seconds if m_seconds > 0 else None,
-                    "bottleneck": _largest(m["breakdown"]) if m.get("breakdown") else ""}
+                    "bottleneck": _largest([Term(k, v) for k, v in m["breakdown"].items()]) if m.get("breakdown") else ""}
     return Prediction(env_steps_per_s=None, updates_per_s=rate, samples_per_s=rate, bottleneck=bottleneck,
-                      bounds={"fit_offline": rate}, busy_cores=1.0, modelled=modelled, seconds=seconds)
+                      bounds={"fit_offline": rate}, busy_cores=1.0, modelled=modelled, seconds=seconds,
+                      spread=setting.get("spread", 0.0))
 
 
 def tabular_setting(job: dict[str, Any], compute: str, options: tuple[tuple[str, str, Any], ...]) -> dict[str, Any]:
@@ -450,34 +637,39 @@ def tabular_setting(job: dict[str, Any], compute: str, options: tuple[tuple[str,
     raise ModelError(f"compute {compute} with {wanted or 'its defaults'} is not in the profile")
 
 
-def run_average(prediction: Prediction, steps: int, learning_starts: int, insert_lead: float = 0.0) -> float | None:
-    """The env steps/s a run of `steps` would average: the warm-up before learning starts, and the
-    rate limiter's slack (`insert_lead` transitions actors may run ahead of the learner, which a short
-    run fills at the actors' pace), both at the actors' supply rate, then the steady rate."""
-    if prediction.env_steps_per_s is None:
-        return None
-    warm = min(steps, learning_starts + insert_lead)
-    if warm <= 0 or not prediction.warm_env_steps_per_s:
-        return prediction.env_steps_per_s
-    seconds = warm / prediction.warm_env_steps_per_s + (steps - warm) / prediction.env_steps_per_s
-    return steps / seconds
-
-
-def insert_lead(mapping: "Mapping", schedule: Schedule) -> float:
-    """The transitions a distributed run's rate limiter lets actors run ahead (none locally)."""
-    if mapping.placement == "local":
-        return 0.0
+def limiter_lead(schedule: Schedule, actors: int) -> float:
+    """The transitions a distributed run's rate limiter lets actors run ahead of the learner (the
+    runtime's own figure, rlbench.runtime.distributed.roles.rate_limiter_for)."""
     from rlbench.runtime.distributed.roles import rate_limiter_for
 
-    return rate_limiter_for(schedule, mapping.actors).insert_lead
+    return rate_limiter_for(schedule, actors).insert_lead
+
+
+def warm_up_steps(mapping: Mapping, schedule: Schedule) -> float:
+    """Env steps before a run of `mapping` is in its steady state: learning_starts (at least one
+    batch), and distributed the limiter's slack, which actors fill at their own pace."""
+    start = max(schedule.learning_starts, schedule.batch_size)
+    return start if mapping.placement == "local" else start + limiter_lead(schedule, mapping.actors)
 
 
 def knee(rates: list[tuple[int, float]], gain: float = KNEE_GAIN) -> int | None:
     """The actor count beyond which one more actor adds less than `gain` of throughput (None: it
-    still grows at the largest count given)."""
+    still grows at the largest count given). For measured sweeps; a plan's knee is `supply_knee`."""
     for (count, rate), (_, following) in itertools.pairwise(sorted(rates)):
         if following < rate * (1 + gain):
             return count
+    return None
+
+
+def supply_knee(curve: list[tuple[int, Prediction]]) -> int | None:
+    """The fewest actors whose measured supply (A x one actor's free rate) meets what the rest of
+    the mapping takes (its tightest other bound at that count): more actors wait. None: supply is
+    still short at the largest count."""
+    for actors, prediction in sorted(curve, key=lambda item: item[0]):
+        if prediction.actor_supply is None or prediction.demand is None:
+            return None
+        if actors * prediction.actor_supply >= prediction.demand:
+            return actors
     return None
 
 

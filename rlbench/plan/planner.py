@@ -1,20 +1,27 @@
 """Enumerate the mappings of a job, keep those that can run, predict and rank them; the plan file.
 
-Mappings: replay memory x compute backend x placement x transport x actor count x host for
-replay-loop algorithms (DQN, DDPG); compute backend (with each measured setting of its
-parallelism option, e.g. DPUs) x dataset size x host for tabular algorithms offline. Online
-tabular learning is one local process with nothing to place, so it is not planned.
+Mappings: replay memory x compute backend x placement x transport x distribution policy (single
+learner, or data-parallel with each learner count that splits the batch) x actor count x host for
+replay-loop algorithms (DQN, DDPG); compute backend (with each measured setting of its parallelism
+option, e.g. DPUs) x dataset size x host for tabular algorithms offline. Online tabular learning is
+one local process with nothing to place, so it is not planned.
 
 A mapping is proposed only when every component is available on its host (measured there by the
 profile) and `rlbench.validate.validate` accepts its configuration, the same check `rlbench run`
 makes; each family left out is listed once, with the reason. Roles split across hosts are not
-proposed: no profile measures the links between hosts.
+proposed: no profile measures the links between hosts. A profile measured while someone else's
+work disturbed it is refused, naming the figures, unless the caller allows it.
+
+Ranking is strictly by the predicted objective. Rows whose predictions are closer than the
+predictions' spread (at least TIE_TOLERANCE) to their group's leader are marked as tied with it:
+the model cannot tell them apart, and the user may prefer the simpler one.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlbench.errors import RlbenchError
@@ -24,31 +31,36 @@ from rlbench.plan.model import (
     Power,
     Prediction,
     Schedule,
-    knee,
     predict,
     schedule_of,
+    supply_knee,
     with_actors,
 )
-from rlbench.plan.profile import Job
+from rlbench.plan.profile import Job, ProfileError, contended_figures, learner_counts
 
 PLAN_SCHEMA = "rlbench.plan/1"
 OBJECTIVES = ("throughput", "samples-per-joule")
-TIE_TOLERANCE = 0.03  # predictions closer than this are a tie (the model is not that precise)
+TIE_TOLERANCE = 0.03  # predictions closer than this (or than their spread) are a tie
+PAYS = 0.10  # a mapping must be predicted this much faster than another to be said to pay
+FILTER_KEYS = ("placement", "transport", "replay", "compute", "actors", "policy", "learners")
 
 
 @dataclass
 class Row:
     mapping: Mapping
     prediction: Prediction
-    rank: int = 0
+    rank: int = 0  # 0: not ranked (the default mapping, shown beside rows a filter kept)
+    tie: int | None = None  # the rank of the row it ties with (its group's leader), if any
 
 
 @dataclass
 class Knee:
     family: str  # the mapping without its actor count
     compute: str  # the learner's device
-    knee: int | None  # actors beyond which throughput stops growing (None: still growing at the maximum)
+    knee: int | None  # actors whose supply meets the rest of the mapping's demand (None: still short at the maximum)
     curve: list[tuple[int, float, float | None]]  # (actors, env steps/s, samples/J)
+    supply: float | None = None  # env steps/s one actor supplies running free (from measured figures)
+    demand: float | None = None  # env steps/s the learner, node or CPU take at most, at the knee
 
 
 @dataclass
@@ -63,10 +75,20 @@ class Plan:
     excluded: dict[str, str] = field(default_factory=dict)  # what was left out -> why (each once)
     knees: list[Knee] = field(default_factory=list)
     offline: bool = False
+    contended: list[str] = field(default_factory=list)  # figures measured while others used the machine
+    only: dict[str, str] = field(default_factory=dict)  # the filter the ranked rows passed
+    candidates: list[Row] = field(default_factory=list)  # every mapping predicted, the filter's or not
 
     @property
     def chosen(self) -> Row:
         return self.rows[0]
+
+    def gain_over_default(self, row: Row | None = None) -> float | None:
+        """Predicted throughput of `row` (the chosen one) over the default mapping's, less 1."""
+        row = row or self.chosen
+        if self.default is None or not self.default.prediction.throughput:
+            return None
+        return row.prediction.throughput / self.default.prediction.throughput - 1
 
 
 def _gate(config: Any, registry: Any, *, here: bool) -> str | None:
@@ -124,6 +146,11 @@ def enumerate_mappings(job: Job, host: str, entry: dict[str, Any], figures: dict
                 "stays inside one process"
         elif _usable(entry.get("transports", {}), "transport", component.name, excluded):
             transports.append(component.name)
+    policies = {c.name for c in registry.components("policy")}
+    parallel = learner_counts(figures["hyperparameters"]["batch_size"]) if "data-parallel" in policies else ()
+    if "data-parallel" in policies and not parallel:
+        excluded["policy data-parallel"] = f"batch {figures['hyperparameters']['batch_size']} splits into none of " \
+            "the learner counts a plan considers"
     mappings = []
     for memory in memories:
         for compute in computes:
@@ -135,12 +162,15 @@ def enumerate_mappings(job: Job, host: str, entry: dict[str, Any], figures: dict
                 mappings.append(local)
             for placement in (p for p in ("server", "in-network") if p in algorithm.capabilities.placements):
                 for transport in transports:
-                    first = Mapping(**base, compute=compute, replay=memory, placement=placement, transport=transport)
-                    refusal = _gate(first.config(), registry, here=here)
-                    if refusal:
-                        excluded.setdefault(refusal, "")
-                        continue
-                    mappings.extend(with_actors(first, n) for n in range(1, max_actors + 1))
+                    groups = [("single-learner", 1)] + [("data-parallel", n) for n in parallel if placement == "server"]
+                    for policy, learners in groups:
+                        first = Mapping(**base, compute=compute, replay=memory, placement=placement,
+                                        transport=transport, policy=policy, learners=learners)
+                        refusal = _gate(first.config(), registry, here=here)
+                        if refusal:
+                            excluded.setdefault(refusal, "")
+                            continue
+                        mappings.extend(with_actors(first, n) for n in range(1, max_actors + 1))
     return mappings
 
 
@@ -174,32 +204,55 @@ def _value(row: Row, objective: str) -> float:
 def _departures(mapping: Mapping) -> int:
     """How many choices differ from what `rlbench run` picks by default."""
     return sum((mapping.placement != "local", mapping.compute != "cpu", bool(mapping.options),
-                mapping.replay not in (None, "prioritized"), mapping.actors != 1))
+                mapping.replay not in (None, "prioritized"), mapping.actors != 1, mapping.learners != 1))
 
 
 def rank(rows: list[Row], objective: str) -> list[Row]:
-    """Best first. Predictions within TIE_TOLERANCE of each other are not told apart by the
-    model's precision: among them the one using fewer cores, then the one closer to the
-    defaults (what does not pay is not changed), then the larger dataset (it amortises a fit's
-    fixed costs) comes first."""
-    ordered = sorted(rows, key=lambda r: -_value(r, objective))
-    ranked: list[Row] = []
-    while ordered:
-        leader = _value(ordered[0], objective)
-        tied = [r for r in ordered if _value(r, objective) >= leader * (1 - TIE_TOLERANCE)]
-        tied.sort(key=lambda r: (round(r.prediction.busy_cores, 1), _departures(r.mapping), -(r.mapping.dataset or 0),
-                                 -_value(r, objective)))
-        ranked.append(tied[0])
-        ordered.remove(tied[0])
+    """Best first, strictly by the predicted objective (equal predictions: the one closer to the
+    defaults first, then by label, so the order is reproducible). A row within the predictions'
+    spread (at least TIE_TOLERANCE) of its group's leader is marked as tied with that leader."""
+    ranked = sorted(rows, key=lambda r: (-_value(r, objective), _departures(r.mapping), r.mapping.label()))
+    leader: Row | None = None
     for position, row in enumerate(ranked, 1):
-        row.rank = position
+        row.rank, row.tie = position, None
+        if leader is not None and _value(leader, objective) > 0:
+            tolerance = max(TIE_TOLERANCE, math.hypot(leader.prediction.spread, row.prediction.spread))
+            if _value(row, objective) >= _value(leader, objective) * (1 - tolerance):
+                row.tie = leader.rank
+                continue
+        leader = row
     return ranked
+
+
+def parse_only(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`--only KEY=VALUE` items as a filter (keys: FILTER_KEYS); a misspelt key is refused."""
+    import difflib
+
+    only: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise RlbenchError(f"--only takes KEY=VALUE (keys: {', '.join(FILTER_KEYS)}), got {item!r}")
+        if key not in FILTER_KEYS:
+            close = difflib.get_close_matches(key, FILTER_KEYS, n=1)
+            raise RlbenchError(f"--only: unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                               + f" (keys: {', '.join(FILTER_KEYS)})")
+        only[key] = value.strip()
+    return only
+
+
+def passes(mapping: Mapping, only: dict[str, str]) -> bool:
+    return all(str(getattr(mapping, key)) == value for key, value in only.items())
 
 
 def make_plan(job: Job, profile: dict[str, Any], *, objective: str = "throughput", max_actors: int = 4,
               datasets: tuple[int, ...] = (), watts: dict[str, float] | None = None, registry: Any = None,
-              this_host: str | None = None) -> Plan:
-    """Every runnable mapping of `job` on every host of `profile`, predicted and ranked."""
+              this_host: str | None = None, allow_contended: bool = False,
+              only: dict[str, str] | None = None) -> Plan:
+    """Every runnable mapping of `job` on every host of `profile`, predicted and ranked (those passing
+    `only`, with the default mapping kept beside them). A profile whose figures someone else's work
+    disturbed is refused (ProfileError naming them) unless `allow_contended`."""
     from rlbench.plan.profile import resolved_hyperparameters, this_host_key
 
     if objective not in OBJECTIVES:
@@ -221,6 +274,13 @@ def make_plan(job: Job, profile: dict[str, Any], *, objective: str = "throughput
     if not hosts_with_job:
         raise RlbenchError(f"the profile has no figures for {job.key!r}: run `rlbench profile --job "
                            f"{job.algo}:{job.env}`" + (" with the same --hp" if job.hyperparameters else ""))
+    contended = [f"{key}: {what}" if len(hosts_with_job) > 1 else what for key, entry in hosts_with_job.items()
+                 for what in contended_figures(entry, [job.key])]
+    if contended and not allow_contended:
+        raise ProfileError("the profile was measured while other processes used the machine, so its figures are "
+                           "theirs as much as this machine's: " + "; ".join(contended)
+                           + ". Profile again on a quiet machine (`rlbench profile`), or plan from it anyway with "
+                           "--allow-contended")
     for key, entry in hosts_with_job.items():
         figures = entry["jobs"][job.key]
         host_power = Power.of(entry, watts)
@@ -236,18 +296,24 @@ def make_plan(job: Job, profile: dict[str, Any], *, objective: str = "throughput
             f"{k}: {v}" if v else k for k, v in excluded.items()))
     if len(hosts_with_job) > 1:
         excluded["roles split across hosts"] = "no profile measures the links between hosts; each mapping runs on one host"
-    rows = rank(rows, objective)
-    plan = Plan(job, objective, schedule, power, this_host, rows, None, excluded, offline=offline)
-    plan.default = _default_row(plan)
-    plan.knees = _knees(rows)
+    only = only or {}
+    kept = [row for row in rows if passes(row.mapping, only)]
+    if not kept:
+        raise RlbenchError(f"no mapping passes --only {' '.join(f'{k}={v}' for k, v in only.items())} "
+                           f"(of {len(rows)} that can run)")
+    ranked = rank(kept, objective)
+    plan = Plan(job, objective, schedule, power, this_host, ranked, None, excluded, offline=offline,
+                contended=contended, only=only, candidates=rows)
+    plan.default = _default_row(plan, rows)
+    plan.knees = _knees(ranked)
     return plan
 
 
-def _default_row(plan: Plan) -> Row | None:
+def _default_row(plan: Plan, rows: list[Row]) -> Row | None:
     """The mapping `rlbench run` picks with no options (cpu, local; prioritized replay; at the
-    chosen mapping's host and dataset size)."""
+    chosen mapping's host and dataset size), ranked or not."""
     chosen = plan.chosen.mapping
-    for row in plan.rows:
+    for row in rows:
         m = row.mapping
         if m.host != chosen.host or m.compute != "cpu" or m.options or m.placement != "local" or m.actors != 1:
             continue
@@ -267,13 +333,51 @@ def _knees(rows: list[Row]) -> list[Knee]:
     for members in families.values():
         members.sort(key=lambda r: r.mapping.actors)
         curve = [(r.mapping.actors, r.prediction.env_steps_per_s, r.prediction.samples_per_joule) for r in members]
-        label = with_actors(members[0].mapping, 1).label().rsplit(" 1 actor", 1)[0]
-        knees.append(Knee(label, members[0].mapping.compute, knee([(a, x) for a, x, _ in curve]), curve))
+        found = supply_knee([(r.mapping.actors, r.prediction) for r in members])
+        at = next((r for r in members if r.mapping.actors == found), members[-1]).prediction
+        knees.append(Knee(family_label(members[0].mapping), members[0].mapping.compute, found, curve,
+                          at.actor_supply, at.demand))
     return knees
 
 
+def family_label(mapping: Mapping) -> str:
+    return with_actors(mapping, 1).label().rsplit(" 1 actor", 1)[0]
+
+
+@dataclass
+class LearnerGain:
+    """What a second (or Nth) learner is predicted to buy: a data-parallel mapping against the same
+    mapping with one learner."""
+
+    parallel: Row
+    single: Row
+    speedup: float  # updates/s ratio
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup >= 1 + PAYS
+
+
+def learner_gains(plan: Plan) -> list[LearnerGain]:
+    """For each learner count, the best data-parallel mapping on this host the plan ranks, beside its
+    one-learner twin (ranked or not)."""
+    singles = {row.mapping: row for row in plan.candidates or plan.rows if row.mapping.learners == 1}
+    best: dict[int, LearnerGain] = {}
+    for row in plan.rows:
+        m = row.mapping
+        if m.learners <= 1 or m.host != plan.this_host:
+            continue
+        twin = singles.get(replace(m, policy="single-learner", learners=1))
+        if twin is None or not twin.prediction.updates_per_s:
+            continue
+        gain = LearnerGain(row, twin, row.prediction.updates_per_s / twin.prediction.updates_per_s)
+        if m.learners not in best or row.prediction.throughput > best[m.learners].parallel.prediction.throughput:
+            best[m.learners] = gain
+    return [best[n] for n in sorted(best)]
+
+
 def knee_of(plan: Plan, mapping: Mapping) -> Knee | None:
-    return next((k for k in plan.knees if k.family == with_actors(mapping, 1).label().rsplit(" 1 actor", 1)[0]), None)
+    return next((k for k in plan.knees if k.family == family_label(mapping)), None)
 
 
 def best_knees(plan: Plan) -> list[Knee]:
@@ -299,6 +403,7 @@ def plan_document(plan: Plan, row: Row, registry: Any, *, profile_path: str, bud
         "schema": PLAN_SCHEMA, "created_unix": time.time(), "objective": plan.objective, "rank": row.rank,
         "mapping": row.mapping.label(), "host": row.mapping.host, "profile": profile_path,
         "predicted_env_steps_per_s": p.env_steps_per_s, "predicted_updates_per_s": p.updates_per_s,
+        "predicted_spread": p.spread, "tied_with_rank": row.tie,
         "predicted_samples_per_joule": p.samples_per_joule, "energy": p.energy_kind, "bottleneck": p.bottleneck,
         "actors_knee": item.knee if item else None,
         "modelled_hardware_updates_per_s": (p.modelled or {}).get("updates_per_s"),

@@ -6,13 +6,19 @@ profiles of several machines can be merged (`rlbench profile --merge A B -o C`) 
 place a job on any of them. It is cached at ``$RLBENCH_CACHE/profiles/<host key>.json`` (default
 ``~/.cache/rlbench/profiles/``, beside the datasets' cache), which later commands reuse.
 
-What a host entry holds (all times in microseconds, medians unless said otherwise):
+What a host entry holds (all times in microseconds, medians unless said otherwise). Every figure
+that is measured by timing many calls or several runs has its spread beside it (an entry's
+``spread`` table: the half range of its stretches' or repeats' values, relative to the figure),
+and every group of figures the machine state it was measured in (``machine_state``, or a
+calibration's ``contended``): `contended_figures` lists the groups someone else's work disturbed,
+and `rlbench plan` refuses such a profile unless told `--allow-contended`.
 
 - ``transports``: round trip (p50) and one-way messages/s of every available transport that
   crosses processes, at the message sizes the profiled jobs send (`rlbench bench transport`'s
   measurement, echo server in a spawned process): shown by `rlbench profile`; the planner uses it
   for availability, the model the replay node's per-message figures below (the same transport at
-  the job's own message sizes, codec and node included).
+  the job's own message sizes, codec and node included). Transports NOT_PROFILED_BY_DEFAULT
+  (ray: it starts a cluster first) are left out with the reason unless named (``--transports``).
 - ``power``: package watts idle and per busy core from RAPL where it is readable; otherwise null
   with the reason (the planner then uses a rated figure labelled ``modelled``).
 - ``jobs``: one entry per job (algorithm, environment, the hyperparameters that change an
@@ -20,24 +26,29 @@ What a host entry holds (all times in microseconds, medians unless said otherwis
 
   * micro measurements, in this process, on transitions the job's own actor collected: env step;
     per compute backend, actor inference (batch = envs per actor), learner update (batch =
-    ``batch_size``) and a weight publication (``weights()`` into an actor); per replay memory,
-    ``add`` of one step and of one INSERT message's transitions, ``sample(batch_size)`` and
-    ``update_priorities(batch_size)``, on a memory filled to ``min(buffer_size, 20,000)``;
+    ``batch_size``, and each data-parallel learner's share of it), a weight publication
+    (``weights()`` into an actor) and the learner's parameter count; per replay memory, ``add`` of
+    one step and of one INSERT message's transitions, ``sample(batch_size)``,
+    ``update_priorities(batch_size)`` and the two alternated as the replay node does them per
+    update (``cycle_us``: a memory may defer work from one to the other), on a memory filled to
+    ``min(buffer_size, 20,000)``;
   * the sizes of the wire messages (INSERT, BATCH, priorities, weights);
+  * ``allreduce``: policy data-parallel's collectives between two learner processes (gloo: the
+    gradient all-reduce and the step's agreement), per update;
   * per transport and placement, the runtime's real replay node measured message by message
     (`measure_replay_node`: the node in its own process, a client as the actor and one as the
     learner): INSERT, FETCH and SAMPLE round trips, the learner's sends, the in-network push round
     and the node's own handling time per message. Each transport is measured in a child process
     of its own under a time limit (``--transport-seconds``): one that hangs, kills its process or
     first starts a cluster for longer than that is left out of the profile with the reason;
-  * calibration runs (`calibrate_placement`): one short real run locally and one per transport and
-    placement over the transports of ``--calibrate`` (shm by default; the other transports get
-    the calibrated loops' costs, pooled, with their own replay-node figures). Its learning curve splits it in two phases — before
-    ``learning_starts`` the actor runs unthrottled (its time per env step), after it the learner
-    trains every step (its time per update, everything on its critical path included). These
-    in-situ figures carry what no micro measurement sees (loop bookkeeping, cache pollution by the
-    learner, process scheduling); the model keeps them as the loops' own costs beyond the micro
-    and replay-node figures, and adds the micro differences of other components to them.
+  * ``calibration``: real runs of the job (`calibration_settings` says which and what each is
+    for), each repeated until its spread is known (`calibrate_setting`) and read in its steady
+    window the way `rlbench plan --validate` reads its runs (rlbench.plan.measure): the steady
+    rate, the actor's rate alone during warm-up, and from the roles' time splits what the learner
+    spends per update (compute, sends, its loop, CPU) and what actors and the replay node spend
+    per env step. These in-situ figures carry what no micro measurement sees (loop bookkeeping,
+    cache pollution, waking a sleeping peer, processes sharing cores); the model keeps them as
+    the loops' own costs and adds the micro differences of other components to them.
 
   For tabular algorithms offline (SwiftRL): per compute backend and setting (``--dpus`` counts of
   the upmem plugin), ``fit_offline`` timed at two dataset sizes and fitted as
@@ -62,12 +73,14 @@ from pathlib import Path
 from typing import Any
 
 from rlbench.errors import RlbenchError
+from rlbench.plan import measure  # standard library only
 
-SCHEMA = "rlbench.profile/1"
+SCHEMA = "rlbench.profile/2"  # /2: calibration read in steady windows, figures with spreads and machine states
 DEFAULT_JOBS = ("dqn:CartPole-v1", "qlearning:Taxi-v3")
 DEFAULT_DATASETS = (100_000, 1_000_000)  # sizes a tabular job is profiled at (the fit extrapolates)
 FIT_REPEATS = 5  # fit_offline runs per backend setting and dataset size (the median is kept)
 FILL_ITEMS = 20_000  # replay memories are measured holding this many transitions (or their capacity)
+DATA_PARALLEL_LEARNERS = (2, 4)  # learner counts of policy data-parallel a plan considers (where they split the batch)
 # Hyperparameters that change how often things happen, not what one operation costs: a profile
 # measured with any value of these serves every value (the model takes them from the plan's job).
 SCHEDULE_HYPERPARAMETERS = frozenset({
@@ -79,10 +92,19 @@ SCHEDULE_HYPERPARAMETERS = frozenset({
 OPTION_SWEEPS: dict[str, tuple[Any, ...]] = {"--dpus": (64, 256, 1024, 2048)}
 DEFAULT_CALIBRATED = ("shm",)  # transports with calibration runs (the rest: replay-node figures + pooled loop costs)
 TRANSPORT_TIME_LIMIT_S = 15.0  # a transport whose measurements take longer is left out (with the reason)
+# Transports a profile leaves out unless named (`rlbench profile --transports`), and why.
+NOT_PROFILED_BY_DEFAULT = {
+    "ray": "not profiled by default: it starts a Ray cluster first, longer than the profile's two minutes allow; "
+           "`rlbench profile --transports ray --transport-seconds 90` measures it (a plan then proposes it)"}
 TRANSPORT_CASE_S = 0.1  # seconds per transport benchmark case (size x mode)
-CALIBRATION_PHASE1_S = 0.6  # unthrottled actor phase of a calibration run (before learning starts)
-CALIBRATION_PHASE2_S = 1.2  # learner phase (trains every env step)
-CURVE_CHUNKS = 4  # a calibration phase's rate: the median of this many stretches of its learning curve
+CALIBRATION_FREE_S = 0.6  # a calibration run's warm-up: long enough to time the actor alone
+CALIBRATION_STEADY_S = 2.0  # a calibration run's steady window (after warm-up and the limiter's slack) ...
+CALIBRATION_STEADY_STEPS = 2_000  # ... and at least this many env steps (enough episodes end in it)
+CALIBRATION_REPEATS = 2  # runs per calibration setting ...
+CALIBRATION_MAX_REPEATS = 3  # ... and one more, up to this, while their rates spread more than
+CALIBRATION_AGREEMENT = 0.10  # (max - min) / median
+ACTOR_HEAVY_SHARE = 0.25  # an actor-heavy calibration run trains so rarely that the learner's work per env
+# step is about this share of the actor's
 
 Progress = Callable[[str], None]
 
@@ -180,6 +202,10 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         raise ProfileError(f"no profile at {path}; make one with `rlbench profile`") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"cannot read the profile {path}: {exc}") from None
+    if isinstance(document, dict) and str(document.get("schema", "")).startswith("rlbench.profile/") \
+            and document.get("schema") != SCHEMA:
+        raise ProfileError(f"{path} was made by another rlbench ({document['schema']}; this one reads {SCHEMA}): "
+                           "run `rlbench profile` again")
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise ProfileError(f"{path} is not an rlbench profile (schema {found!r}, expected {SCHEMA!r})")
@@ -232,9 +258,39 @@ def add_host_entry(document: dict[str, Any] | None, host: str, entry: dict[str, 
     return merge_profiles([d for d in (document, new_document(host, entry)) if d is not None])
 
 
+def contended_figures(entry: dict[str, Any], keys: list[str] | None = None) -> list[str]:
+    """Which figures of a host entry (of the jobs `keys`, else all) someone else's work disturbed
+    while they were measured, each as "what: why" (rlbench.plan.measure.contention)."""
+    found = []
+    for name, transport in (entry.get("transports") or {}).items():
+        why = measure.contention(transport.get("machine_state"))
+        if why:
+            found.append(f"transport {name}: {why}")
+    for key, job in (entry.get("jobs") or {}).items():
+        if keys is not None and key not in keys:
+            continue
+        for group, state in (job.get("machine_state") or {}).items():
+            why = measure.contention(state)
+            if why:
+                found.append(f"{key} {group} figures: {why}")
+        why = measure.contention((job.get("allreduce") or {}).get("machine_state"))
+        if why:
+            found.append(f"{key} all-reduce: {why}")
+        for name, run in (job.get("calibration") or {}).items():
+            if run.get("contended"):
+                found.append(f"{key} calibration {name}: {run['contended']}")
+    if not found and "jobs" in entry and not any("machine_state" in job for job in entry["jobs"].values()):
+        why = measure.contention(entry.get("machine_state"))  # a profile without per-group states
+        if why:
+            found.append(f"the whole profile: {why}")
+    return found
+
+
 # ---------------------------------------------------------------------------------- measuring
-def _time_us(call: Callable[[], Any], *, seconds: float = 0.12, max_calls: int = 3000, warmup: int = 3) -> float:
-    """Median microseconds per call over at most `seconds` (and at least 5 calls)."""
+def _timed(call: Callable[[], Any], *, seconds: float = 0.12, max_calls: int = 3000, warmup: int = 3
+           ) -> tuple[float, float]:
+    """(median microseconds per call, spread) over at most `seconds` (and at least 5 calls); the
+    spread is `spread_of`'s."""
     for _ in range(warmup):
         call()
     clock = time.perf_counter_ns
@@ -247,7 +303,28 @@ def _time_us(call: Callable[[], Any], *, seconds: float = 0.12, max_calls: int =
         times.append(finished - started)
         if finished >= deadline and len(times) >= 5:
             break
-    return statistics.median(times) / 1e3
+    return spread_of(times)
+
+
+def spread_of(times_ns: list[int]) -> tuple[float, float]:
+    """(median in microseconds, spread) of consecutive timings: they are cut into STRETCHES stretches
+    and the spread is the half range of the stretches' medians relative to the median, so a burst of
+    someone else's load shows in the spread rather than in the figure."""
+    middle = statistics.median(times_ns)
+    n = len(times_ns)
+    if n < 2 * measure.STRETCHES or middle <= 0:
+        return middle / 1e3, 0.0
+    bounds = [round(i * n / measure.STRETCHES) for i in range(measure.STRETCHES + 1)]
+    medians = [statistics.median(times_ns[a:b]) for a, b in itertools.pairwise(bounds)]
+    return middle / 1e3, (max(medians) - min(medians)) / 2 / middle
+
+
+def _timed_into(figures: dict[str, Any], name: str, call: Callable[[], Any], **timing: Any) -> float:
+    """Time `call` into figures[name], its spread into figures["spread"][name]; returns the figure."""
+    value, spread = _timed(call, **timing)
+    figures[name] = value
+    figures.setdefault("spread", {})[name] = spread
+    return value
 
 
 def insert_transitions() -> int:
@@ -260,8 +337,10 @@ def insert_transitions() -> int:
 
 def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASETS,
                  calibrate: tuple[str, ...] = DEFAULT_CALIBRATED, transport_seconds: float = TRANSPORT_TIME_LIMIT_S,
+                 transports: tuple[str, ...] | None = None,
                  progress: Progress = lambda line: None) -> tuple[str, dict[str, Any]]:
-    """Measure every job on this machine; returns (host key, host entry)."""
+    """Measure every job on this machine; returns (host key, host entry). `transports`: measure only
+    these (None: every one but those NOT_PROFILED_BY_DEFAULT)."""
     from rlbench import __version__
     from rlbench.fingerprint import machine_fingerprint
     from rlbench.machine_state import watch
@@ -269,6 +348,7 @@ def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASET
     started = time.perf_counter()
     fingerprint = machine_fingerprint()
     key = host_key(fingerprint)
+    cores = int(fingerprint.get("cores_usable") or fingerprint.get("cores") or 1)
     registry = _registry()
     entry: dict[str, Any] = {"host": key, "fingerprint": fingerprint, "created_unix": time.time(),
                              "rlbench_version": __version__, "calibrated": list(calibrate), "jobs": {}}
@@ -279,20 +359,24 @@ def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASET
             algorithm = registry.get("algorithm", job.algo)
             registry.get("environment", job.env)  # unknown names fail before anything is measured
             t0 = time.perf_counter()
+            with watch(busy_processes=1) as micro:
+                if algorithm.capabilities.loop == "replay":
+                    samples = collect_samples(job, registry)
+                    figures = measure_replay_job(job, registry, progress, samples)
+                    sizes.update(figures["messages"].values())
+                    replay_jobs.append((job, figures, samples))
+                else:
+                    figures = measure_tabular_job(job, registry, datasets, progress)
+            figures["machine_state"] = {"micro": micro.report()}
             if algorithm.capabilities.loop == "replay":
-                samples = collect_samples(job, registry)
-                figures = measure_replay_job(job, registry, progress, samples)
-                sizes.update(figures["messages"].values())
-                replay_jobs.append((job, figures, samples))
-            else:
-                figures = measure_tabular_job(job, registry, datasets, progress)
+                figures["allreduce"] = _measure_job_allreduce(figures, registry, progress, job)
             figures["profiling_s"] = time.perf_counter() - t0
             entry["jobs"][job.key] = figures
         entry["transports"] = {}
         if replay_jobs:
             inputs = {job.key: samples.node_inputs() for job, _, samples in replay_jobs}
             nodes = measure_transports(registry, tuple(sorted(sizes)), inputs, time_limit=transport_seconds,
-                                       progress=progress)
+                                       only=transports, progress=progress)
             for name, measured in nodes.items():
                 entry["transports"][name] = measured["transport"]
                 for job, figures, _ in replay_jobs:
@@ -300,11 +384,28 @@ def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASET
                         figures.setdefault("replay_node", {})[f"{name}/{placement}"] = node
             for job, figures, _ in replay_jobs:
                 t0 = time.perf_counter()
-                calibrate_job(job, figures, entry["transports"], registry, calibrate=calibrate, progress=progress)
+                calibrate_job(job, figures, entry["transports"], registry, calibrate=calibrate, progress=progress,
+                              cores=cores)
                 figures["profiling_s"] += time.perf_counter() - t0
     entry["machine_state"] = machine.report()
     entry["profiling_s"] = time.perf_counter() - started
     return key, entry
+
+
+def _measure_job_allreduce(figures: dict[str, Any], registry: Any, progress: Progress, job: Job) -> dict[str, Any]:
+    """The all-reduce of the job's cpu learner between two processes, where a data-parallel plan can
+    use it (the policy is registered and the batch splits); else why not."""
+    cpu = figures["compute"].get("cpu") or {}
+    if "data-parallel" not in {c.name for c in registry.components("policy")}:
+        return {"available": False, "reason": "no data-parallel policy is registered"}
+    if not cpu.get("available") or not learner_counts(figures["hyperparameters"]["batch_size"]):
+        return {"available": False, "reason": "the cpu learner is unavailable or the batch does not split"}
+    t0 = time.perf_counter()
+    measured = measure_allreduce(cpu["parameters"], 2)
+    progress(f"{job.key}: gloo all-reduce of {cpu['parameters']:,} parameters between 2 processes "
+             + (f"{measured['allreduce_us']:.0f} us" if measured.get("available") else f"failed: {measured['reason']}")
+             + f" ({time.perf_counter() - t0:.1f} s)")
+    return measured
 
 
 def measure_power(seconds: float = 0.5) -> dict[str, Any]:
@@ -337,6 +438,7 @@ class JobSamples:
     batch: dict[str, Any]  # batch_size rows drawn from transitions
     weights: list[Any]  # the learner's published weights
     env_step_us: float
+    env_step_spread: float
     torch_threads: int  # torch's intra-op threads in a fresh process (before any backend sets them)
 
     def rows(self, n: int) -> dict[str, Any]:
@@ -398,7 +500,7 @@ def collect_samples(job: Job, registry: Any, steps: int | None = None) -> JobSam
     transitions = {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
     chosen = np.random.default_rng(0).integers(0, len(transitions["obs"]), hp.batch_size)
     return JobSamples(algorithm, hp, spec, transitions, {name: v[chosen] for name, v in transitions.items()},
-                      [np.asarray(w) for w in weights], statistics.median(env_times) / 1e3, torch_threads)
+                      [np.asarray(w) for w in weights], *spread_of(env_times), torch_threads)
 
 
 def measure_replay_job(job: Job, registry: Any, progress: Progress, samples: JobSamples | None = None) -> dict[str, Any]:
@@ -412,6 +514,7 @@ def measure_replay_job(job: Job, registry: Any, progress: Progress, samples: Job
                                                         "learning_starts", "buffer_size")},
         "insert_transitions": chunk,
         "env_step_us": samples.env_step_us,
+        "spread": {"env_step_us": samples.env_step_spread},
         "messages": {"insert": chunk * samples.row_bytes + 256,
                      "batch": hp.batch_size * (samples.row_bytes + 12) + 256,
                      "priorities": hp.batch_size * 16 + 128,
@@ -448,6 +551,20 @@ def _cpu_share(call: Callable[[], Any], calls: int = 30) -> float:
     return (time.process_time() - cpu) / max(1e-9, time.perf_counter() - wall)
 
 
+def learner_counts(batch_size: int) -> tuple[int, ...]:
+    """The data-parallel learner counts a plan considers for a global batch: those that split it."""
+    return tuple(n for n in DATA_PARALLEL_LEARNERS if batch_size % n == 0)
+
+
+def learner_parameters(learner: Any) -> int:
+    """How many numbers one gradient all-reduce of the learner carries: the parameters its torch
+    optimizers step (what rlbench.runtime.policies.data_parallel averages)."""
+    import torch
+
+    return sum(p.numel() for value in vars(learner).values() if isinstance(value, torch.optim.Optimizer)
+               for group in value.param_groups for p in group["params"] if p.requires_grad)
+
+
 def _measure_compute(component: Any, samples: JobSamples) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -463,11 +580,26 @@ def _measure_compute(component: Any, samples: JobSamples) -> dict[str, Any]:
     learner = algorithm.make_learner(spec, compute, hp, 0)
     actor.load_weights(learner.weights(), 0)
     observations = samples.transitions["obs"][: spec.num_envs]
-    sample = Sample(np.arange(hp.batch_size, dtype=np.int64), dict(samples.batch), np.ones(hp.batch_size, np.float32))
-    return {"inference_us": _time_us(lambda: actor.act(observations, 10**9)),  # late in the run: epsilon at its end
-            "learner_update_us": _time_us(lambda: learner.update(sample), seconds=0.5, max_calls=400),
-            "learner_cpu_share": _cpu_share(lambda: learner.update(sample)),
-            "publish_us": _time_us(lambda: actor.load_weights(learner.weights(), learner.updates))}
+
+    def batch_of(size: int) -> Any:
+        return Sample(np.arange(size, dtype=np.int64), {k: v[:size] for k, v in samples.batch.items()},
+                      np.ones(size, np.float32))
+
+    sample = batch_of(hp.batch_size)
+    figures: dict[str, Any] = {}
+    _timed_into(figures, "inference_us", lambda: actor.act(observations, 10**9))  # late: epsilon at its end
+    _timed_into(figures, "learner_update_us", lambda: learner.update(sample), seconds=0.5, max_calls=400)
+    figures["learner_cpu_share"] = _cpu_share(lambda: learner.update(sample))
+    _timed_into(figures, "publish_us", lambda: actor.load_weights(learner.weights(), learner.updates))
+    # a data-parallel learner updates on its share of the global batch: its cost at each share
+    figures["learner_update_by_batch"] = {str(hp.batch_size): figures["learner_update_us"]}
+    for learners in learner_counts(hp.batch_size):
+        share = batch_of(hp.batch_size // learners)
+        value, spread = _timed(lambda: learner.update(share), seconds=0.25, max_calls=400)
+        figures["learner_update_by_batch"][str(hp.batch_size // learners)] = value
+        figures["spread"][f"learner_update_by_batch.{hp.batch_size // learners}"] = spread
+    figures["parameters"] = learner_parameters(learner)
+    return figures
 
 
 def _measure_memory(component: Any, samples: JobSamples, chunk: int) -> dict[str, Any]:
@@ -485,11 +617,23 @@ def _measure_memory(component: Any, samples: JobSamples, chunk: int) -> dict[str
     indices = rng.integers(0, len(memory), hp.batch_size).astype(np.int64)
     priorities = rng.exponential(1.0, hp.batch_size) + 1e-3
     prioritized = component.capabilities.prioritized
-    figures = {"prioritized": prioritized,
-               "add_step_us": _time_us(lambda: memory.add(one_step)),
-               "add_insert_us": _time_us(lambda: memory.add(insert)),
-               "sample_us": _time_us(lambda: memory.sample(hp.batch_size, 0.4)),
-               "update_us": _time_us(lambda: memory.update_priorities(indices, priorities)) if prioritized else 0.0}
+
+    def learner_cycle() -> None:  # what the replay node does for each update: its priorities, then a batch
+        if prioritized:
+            memory.update_priorities(indices, priorities)
+        memory.sample(hp.batch_size, 0.4)
+
+    figures: dict[str, Any] = {"prioritized": prioritized}
+    _timed_into(figures, "add_step_us", lambda: memory.add(one_step))
+    _timed_into(figures, "add_insert_us", lambda: memory.add(insert))
+    _timed_into(figures, "sample_us", lambda: memory.sample(hp.batch_size, 0.4))
+    if prioritized:
+        _timed_into(figures, "update_us", lambda: memory.update_priorities(indices, priorities))
+    else:
+        figures["update_us"] = 0.0
+    # A memory may defer work from one call to the next (the fpga memory applies priority updates in
+    # its next sample): the pair, alternated, is what one update costs the node.
+    _timed_into(figures, "cycle_us", learner_cycle)
     close = getattr(memory, "close", None)
     if close is not None:
         close()
@@ -497,17 +641,27 @@ def _measure_memory(component: Any, samples: JobSamples, chunk: int) -> dict[str
 
 
 def measure_transports(registry: Any, sizes: tuple[int, ...], inputs: dict[str, NodeInputs], *,
-                       time_limit: float = TRANSPORT_TIME_LIMIT_S, progress: Progress = lambda line: None
-                       ) -> dict[str, dict[str, Any]]:
-    """Every transport: its round trip and bandwidth at `sizes`, and the replay node's per-message
-    costs over it for each job's inputs, both placements. Each transport is measured in a child
-    process of its own under `time_limit`: a transport that hangs, crashes its process or takes
-    longer (one that starts a cluster first) is left out with the reason, never the profile."""
+                       time_limit: float = TRANSPORT_TIME_LIMIT_S, only: tuple[str, ...] | None = None,
+                       progress: Progress = lambda line: None) -> dict[str, dict[str, Any]]:
+    """Every transport (`only`: these; otherwise all but NOT_PROFILED_BY_DEFAULT): its round trip and
+    bandwidth at `sizes`, and the replay node's per-message costs over it for each job's inputs, both
+    placements, with the machine's state meanwhile. Each transport is measured in a child process
+    of its own under `time_limit`: a transport that hangs, crashes its process or takes longer (one
+    that starts a cluster first) is left out with the reason, never the profile."""
+    from rlbench.machine_state import watch
+
     figures: dict[str, dict[str, Any]] = {}
     for component in registry.components("transport"):
         caps = component.capabilities
         entry = {"crosses_processes": caps.crosses_processes, "crosses_hosts": caps.crosses_hosts,
                  "reliable": caps.reliable, "available": False}
+        if only is not None and component.name not in only:
+            figures[component.name] = {"transport": {**entry, "reason": "not measured: not among "
+                                                     f"`rlbench profile --transports {','.join(only)}`"}}
+            continue
+        if only is None and component.name in NOT_PROFILED_BY_DEFAULT:
+            figures[component.name] = {"transport": {**entry, "reason": NOT_PROFILED_BY_DEFAULT[component.name]}}
+            continue
         probe = component.probe()
         if not caps.crosses_processes:
             figures[component.name] = {"transport": {**entry, "reason": "stays inside one process"}}
@@ -517,10 +671,12 @@ def measure_transports(registry: Any, sizes: tuple[int, ...], inputs: dict[str, 
             continue
         t0 = time.perf_counter()
         fitting = tuple(size for size in sizes if size <= caps.max_message_bytes)
-        measured, failure = run_isolated(_measure_one_transport, (component.name, fitting, inputs), time_limit)
+        with watch(busy_processes=2) as machine:
+            measured, failure = run_isolated(_measure_one_transport, (component.name, fitting, inputs), time_limit)
         if failure:
             hint = " (`rlbench profile --transport-seconds S` allows longer)" if "did not finish" in failure else ""
             measured = {"transport": {**entry, "reason": failure + hint}}
+        measured["transport"]["machine_state"] = machine.report()
         figures[component.name] = measured
         progress(f"transport {component.name}: " + (failure or "round trips, bandwidth and replay node")
                  + f" ({time.perf_counter() - t0:.1f} s)")
@@ -548,6 +704,77 @@ def _measure_one_transport(name: str, sizes: tuple[int, ...], inputs: dict[str, 
             except Exception as exc:  # noqa: BLE001 - a run would fail the same way: left out, saying why
                 nodes[placement] = {"failed": f"{type(exc).__name__}: {exc}"}
     return result
+
+
+ALLREDUCE_ROUNDS = 200  # all-reduces timed per measurement
+
+
+def measure_allreduce(parameters: int, world: int = 2, *, time_limit: float = 30.0) -> dict[str, Any]:
+    """What policy data-parallel's collectives cost a learner per update, measured: `world` processes
+    in a gloo group (as `rlbench.runtime.policies.data_parallel` builds it) all-reduce a flat float32
+    gradient of `parameters` numbers, and the step's agreement (three float64), ALLREDUCE_ROUNDS
+    times; medians in microseconds, rank 0's view. Each measuring process is one more busy
+    process: on a machine with fewer cores than `world` plus the caller, the figure includes waiting
+    for a core (it is labelled with the machine state)."""
+    from rlbench.machine_state import watch
+
+    with watch(busy_processes=world) as machine:
+        measured, failure = run_isolated(_allreduce_group, (parameters, world, ALLREDUCE_ROUNDS), time_limit)
+    if failure:
+        return {"available": False, "reason": failure, "world": world, "parameters": parameters}
+    return {"available": True, "world": world, "parameters": parameters, "backend": "gloo",
+            **measured, "machine_state": machine.report()}
+
+
+def _allreduce_group(parameters: int, world: int, rounds: int) -> dict[str, Any]:
+    """In a child process: rank 0 here, ranks 1.. in processes of their own."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as probe:  # a free port for the group's store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    others = [context.Process(target=_allreduce_rank, args=(rank, world, port, parameters, rounds), daemon=True)
+              for rank in range(1, world)]
+    for process in others:
+        process.start()
+    try:
+        return _allreduce_rank(0, world, port, parameters, rounds)
+    finally:
+        for process in others:
+            process.join(10)
+
+
+def _allreduce_rank(rank: int, world: int, port: int, parameters: int, rounds: int) -> dict[str, Any]:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=20))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=20))
+    try:
+        gradient = torch.ones(parameters, dtype=torch.float32)
+        agreement = torch.ones(3, dtype=torch.float64)
+        clock = time.perf_counter_ns
+        timings: dict[str, list[int]] = {"allreduce": [], "agreement": []}
+        for round_ in range(rounds + 5):
+            started = clock()
+            dist.all_reduce(agreement)
+            middle = clock()
+            dist.all_reduce(gradient)
+            gradient.div_(world)
+            if round_ >= 5:  # the first rounds set up the connections
+                timings["agreement"].append(middle - started)
+                timings["allreduce"].append(clock() - middle)
+        allreduce, allreduce_spread = spread_of(timings["allreduce"])
+        agreement_us, _ = spread_of(timings["agreement"])
+        return {"allreduce_us": allreduce, "agreement_us": agreement_us, "spread": {"allreduce_us": allreduce_spread}}
+    finally:
+        dist.destroy_process_group()
 
 
 def run_isolated(function: Callable[..., Any], args: tuple[Any, ...], time_limit: float) -> tuple[Any, str]:
@@ -597,11 +824,16 @@ def _isolated_entry(function: Callable[..., Any], args: tuple[Any, ...], results
         results.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
+BUSY_LEARNER_S = 0.001  # the work between a learner's requests when its round trip is timed as in a run
+
+
 def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, rounds: int = 60) -> dict[str, Any]:
     """Per-message costs of the runtime's real replay node (prioritized memory) over `transport`:
     it runs in its own process (rlbench.kit.access.replay_node), one client speaks as an actor and
     one as the learner. Round trips and sends as the roles see them, and the node's own handling
-    time per message (its report's serve.* and push.BATCH), all medians in microseconds.
+    time per message (its report's serve.* and push.BATCH), all medians in microseconds. SAMPLE is
+    timed back to back and, as a learner sends it, after BUSY_LEARNER_S of work each
+    (`sample_rtt_busy_us`: the node's waiting spin has lapsed by then and it must be woken).
 
     The one place replay-node costs are measured: re-point it here if the runtime changes how."""
     import numpy as np
@@ -633,6 +865,19 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
         updates = iter(range(1 << 30))
         if placement == "server":
             figures["sample_rtt_us"] = timed(lambda: node.learner.sample(inputs.batch_size, 0.4))
+
+            def after_work() -> None:  # as a learner asks: after an update's worth of work, the node idle meanwhile
+                end = time.perf_counter() + BUSY_LEARNER_S
+                while time.perf_counter() < end:
+                    pass
+
+            busy = []
+            for _ in range(rounds // 2):
+                after_work()
+                started = clock()
+                node.learner.sample(inputs.batch_size, 0.4)
+                busy.append(clock() - started)
+            figures["sample_rtt_busy_us"] = statistics.median(busy) / 1e3
             batch = node.learner.sample(inputs.batch_size, 0.4)
             figures["priorities_send_us"] = timed(lambda: node.learner.update_priorities(
                 batch.indices, priorities, learner_updates=next(updates)))
@@ -664,139 +909,155 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
 
 
 # ----------------------------------------------------------------------------- calibration runs
-def _learning_curve_phases(result: dict[str, Any], learning_starts: int, steps: int) -> tuple[float | None, float | None]:
-    """Seconds per env step before and after learning starts, from the episodes' (step, time)."""
-    points = [(p["step"], p["time_s"]) for p in result.get("learning_curve") or []]
+@dataclass(frozen=True)
+class Calibration:
+    """One calibration setting: a real run of the job on the calibrated components (prioritized
+    replay, 1 actor unless said), what it is for in the model, and its budget's shape."""
 
-    def seconds_per_step(low: float, high: float) -> float | None:
-        """The median over CURVE_CHUNKS consecutive stretches: a burst of load on a shared machine
-        slows one stretch, not the figure."""
-        chosen = [(s, t) for s, t in points if low <= s <= high]
-        if len(chosen) < 3 or chosen[-1][1] - chosen[0][1] < 0.05:
-            return None
-        chunks = min(CURVE_CHUNKS, (len(chosen) - 1) // 2)
-        bounds = [round(i * (len(chosen) - 1) / chunks) for i in range(chunks + 1)]
-        rates = [(chosen[b][1] - chosen[a][1]) / (chosen[b][0] - chosen[a][0])
-                 for a, b in itertools.pairwise(bounds) if chosen[b][0] > chosen[a][0]]
-        return statistics.median(rates) if rates and statistics.median(rates) > 0 else None
-
-    free = seconds_per_step(0.25 * learning_starts, 0.95 * learning_starts)
-    learning = seconds_per_step(learning_starts + 0.2 * (steps - learning_starts), steps)
-    return free, learning
+    key: str
+    placement: str
+    transport: str | None = None
+    compute: str = "cpu"
+    actors: int = 1
+    train_every: int = 1
+    free_phase: bool = True  # its warm-up lasts long enough to time the actor alone
 
 
-def latency_us(result: dict[str, Any], *names: str, statistic: str = "p50") -> float | None:
-    """A latency statistic of the first of `names` the result recorded (names differ across runtimes)."""
-    latency = result.get("latency") or {}
-    for name in names:
-        entry = latency.get(name)
-        if entry and entry.get("count"):
-            return float(entry[statistic])
-    return None
+def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
+                         calibrate: tuple[str, ...], cores: int) -> list[Calibration]:
+    """The calibration runs of a replay-loop job, each for a term of the model (rlbench.plan.model):
+    - `local` (one update per env step: learner-heavy) and `local/actor-heavy` (one update per many
+      env steps): two equations for the local loop's in-situ cost per env step and per update;
+    - `local/NAME` for each other compute backend: what its threads or device calls cost in a loop;
+    - `T/server`, `T/in-network` for each transport T of `calibrate` that was measured usable:
+      learner-bound, one actor; the learner's period, the split of it, each role's CPU;
+    - `T/server/saturated` (the first of them): `cores` actors, actor-heavy, so every core is busy;
+      how much dearer each role's work gets when processes outnumber cores."""
+    cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
+    free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
+    update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
+        cpu["publish_us"] / figures["hyperparameters"]["publish_every"]
+    heavy = max(8, math.ceil(update / (ACTOR_HEAVY_SHARE * free)))
+    runs = [Calibration("local", "local"), Calibration("local/actor-heavy", "local", train_every=heavy, free_phase=False)]
+    runs += [Calibration(f"local/{name}", "local", compute=name) for name, c in figures["compute"].items()
+             if name != "cpu" and c.get("available")]
+    algorithm = registry.get("algorithm", job.algo)
+    placements = [p for p in ("server", "in-network") if p in algorithm.capabilities.placements]
+    nodes = figures.get("replay_node") or {}
+    usable = [name for name in calibrate if transports.get(name, {}).get("available")]
+    for name in usable:
+        runs += [Calibration(f"{name}/{placement}", placement, name) for placement in placements
+                 if "failed" not in nodes.get(f"{name}/{placement}", {"failed": ""})]
+    served = [name for name in usable if "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
+    if served and "server" in placements:
+        runs.append(Calibration(f"{served[0]}/server/saturated", "server", served[0], actors=max(2, cores),
+                                train_every=heavy, free_phase=False))
+    return runs
 
 
-def _calibration_budget(figures: dict[str, Any], free_us: float, update_us: float) -> tuple[int, int]:
-    """(learning_starts, steps) so the free phase and the learning phase each last long enough."""
+def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration) -> tuple[int, int, float]:
+    """(learning_starts, steps, insert lead) of a calibration run: a warm-up long enough to time the
+    actor alone (CALIBRATION_FREE_S) where the setting needs it, then the rate limiter's slack, then a
+    steady window of about CALIBRATION_STEADY_S at the rate the micro figures suggest."""
+    from rlbench.plan.model import Schedule, limiter_lead
+
     hp = figures["hyperparameters"]
+    cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
+    free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
+    update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
+        cpu["publish_us"] / hp["publish_every"]
     cap = max(hp["batch_size"], min(hp["buffer_size"], 60_000))
-    learning_starts = int(min(cap, max(2_000, CALIBRATION_PHASE1_S / (free_us * 1e-6))))
-    learning_steps = int(min(6_000, max(400, CALIBRATION_PHASE2_S / ((free_us + update_us) * 1e-6))))
-    return learning_starts, learning_starts + learning_steps
+    learning_starts = int(min(cap, max(2_000, CALIBRATION_FREE_S / (free * 1e-6)))) if setting.free_phase \
+        else max(hp["batch_size"], 2_000)
+    per_step = update / setting.train_every + (free if setting.placement == "local" else 0.0)
+    if setting.placement != "local":
+        per_step = max(per_step, free / setting.actors)
+    steady = int(min(200_000, max(CALIBRATION_STEADY_STEPS, CALIBRATION_STEADY_S / (per_step * 1e-6))))
+    schedule = Schedule(batch_size=hp["batch_size"], train_every=setting.train_every,
+                        publish_every=hp["publish_every"], learning_starts=learning_starts)
+    lead = 0.0 if setting.placement == "local" else limiter_lead(schedule, setting.actors)
+    steps = int(learning_starts + lead + steady / (1 - measure.SETTLE))
+    return learning_starts, steps, lead
 
 
-def calibrate_placement(job: Job, figures: dict[str, Any], placement: str, transport: str = "shm", *,
-                        compute: str = "cpu", actor_bound: bool = False) -> dict[str, Any]:
-    """In-situ costs of a placement from one short real run (1 actor, prioritized replay).
-
-    Learner-bound (the default): the run trains every env step once learning starts. Its learning
-    curve splits it in two: before ``learning_starts`` the actor runs unthrottled (its time per env
-    step, with everything the loop does around inference and the env step), after it the learner
-    is the bottleneck (its time per update, everything on its critical path included). When too
-    few episodes end for a fit, the run's latency histograms stand in (they miss the loop's
-    bookkeeping; the method says so).
-
-    Actor-bound (distributed only): the learner trains rarely enough (train_every k) to leave the
-    actor the bottleneck while weights keep changing; the learning phase gives the actor's time per
-    env step with its weight fetches and a working learner beside it."""
+def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, seed: int = 0) -> dict[str, Any]:
+    """One real run of a calibration setting, read the way validation reads runs (rlbench.plan.measure):
+    its steady rate and spread, the actor's rate alone in the warm-up, each role's costs (distributed),
+    and whether someone else used the machine meanwhile."""
     import rlbench
     from rlbench.config import RunConfig
 
-    cpu, memory = figures["compute"][compute], figures["replay"]["prioritized"]
-    free_estimate = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
-    update_estimate = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + cpu["publish_us"]
-    every = 1
-    if actor_bound:  # the learner's share of an env step a quarter of the actor's: the actor binds
-        every = max(8, math.ceil(4 * update_estimate / free_estimate))
-        learning_starts = max(figures["hyperparameters"]["batch_size"], 1_000)
-        steps = learning_starts + int(min(200_000, CALIBRATION_PHASE2_S / (free_estimate * 1e-6)))
-    else:
-        learning_starts, steps = _calibration_budget(figures, free_estimate, update_estimate)
-    overrides = {**job.overrides(), "learning_starts": learning_starts, "train_every": every,
-                 "publish_every": figures["hyperparameters"]["publish_every"]}
-    config = RunConfig(algo=job.algo, env=job.env, num_envs=job.num_envs, placement=placement, transport=transport,
-                       replay="prioritized", compute=compute, actors=1, steps=steps, seed=0, eval_episodes=0,
-                       hyperparameters=overrides)
+    learning_starts, steps, lead = _calibration_budget(job, figures, setting)
+    overrides = {**job.overrides(), "learning_starts": learning_starts, "train_every": setting.train_every}
+    config = RunConfig(algo=job.algo, env=job.env, num_envs=job.num_envs, placement=setting.placement,
+                       transport=setting.transport or "shm", replay="prioritized", compute=setting.compute,
+                       actors=setting.actors, steps=steps, seed=seed, eval_episodes=0, hyperparameters=overrides)
     result = rlbench.run(config)
-    free, learning = _learning_curve_phases(result, learning_starts, steps)
-    local = placement == "local"
-    base = {"placement": placement, "transport": None if local else transport, "compute": compute,
-            "train_every": every, "status": result["status"], "status_reason": result.get("status_reason"),
-            "learning_starts": learning_starts, "steps": steps, "wall_s": result["timing"]["wall_s"]}
-    if actor_bound:
-        if learning is None:
-            return {**base, "failed": "too few episodes ended to time the actor"}
-        return {**base, "method": "learning curve of an actor-bound calibration run",
-                "actor_learning_us": learning * 1e6, "fetch_us": latency_us(result, "weights.FETCH")}
-    learner_timed = {"update": latency_us(result, "learner.update"),
-                     "sample": latency_us(result, "replay.sample" if local else "replay.SAMPLE"),
-                     "priorities": latency_us(result, "replay.update_priorities" if local else "replay.UPDATE_PRIORITIES"),
-                     "publish": latency_us(result, "weights.publish" if local else "weights.PUBLISH")}
-    actor_timed = {"inference": latency_us(result, "actor.inference"), "env": latency_us(result, "env.step"),
-                   "add": latency_us(result, "replay.add") if local else None}
-    method = "learning curve of a calibration run"
-    if free is None:
-        free = sum(v or 0.0 for v in actor_timed.values()) * 1e-6 / job.num_envs
-        method = "latency histograms of a calibration run (too few episodes for the learning curve)"
-    timed_update_us = sum(v or 0.0 for v in learner_timed.values())
-    if local:  # one process: an update adds to the step's time
-        update_us = max(timed_update_us, ((learning or 0.0) - free) * 1e6)
-    else:  # the learner's own period; never below what it timed itself
-        update_us = max(timed_update_us, (learning or 0.0) * 1e6)
-    return {**base, "method": method, "free_step_us": free * 1e6, "update_us": update_us,
-            "learner_timed": learner_timed, "actor_timed": actor_timed,
-            "fetch_us": None if local else latency_us(result, "weights.FETCH")}
+    state = result.get("machine_state") or {}
+    run: dict[str, Any] = {"seed": seed, "status": result["status"], "wall_s": result["timing"]["wall_s"],
+                           "steps": result["throughput"]["env_steps"], "contended": measure.contention(state),
+                           "machine": measure.machine_note(state)}
+    steady = measure.steady_rate(result, measure.window_start(learning_starts + lead, steps))
+    if steady is None:
+        return {**run, "failed": "too few episodes ended in the steady window to time it"}
+    run.update(env_steps_per_s=steady.rate, spread=steady.spread, episodes=steady.episodes)
+    if setting.free_phase:
+        alone = measure.steady_rate(result, int(0.25 * learning_starts), end_step=int(0.95 * learning_starts))
+        if alone is not None:
+            run["free_step_us"] = 1e6 * setting.actors / alone.rate
+    if setting.placement != "local":
+        run.update(measure.flat_role_costs(result))
+    return run
+
+
+def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, progress: Progress) -> dict[str, Any]:
+    """CALIBRATION_REPEATS runs of a setting (one more while they disagree by more than
+    CALIBRATION_AGREEMENT, up to CALIBRATION_MAX_REPEATS); each figure is their median, its spread
+    the larger of the runs' half range and the steady windows' own spread."""
+    runs: list[dict[str, Any]] = []
+    while len(runs) < CALIBRATION_MAX_REPEATS:
+        t0 = time.perf_counter()
+        run = calibration_run(job, figures, setting, seed=len(runs))
+        runs.append(run)
+        progress(f"{job.key}: calibration run {setting.key} #{len(runs)} ({time.perf_counter() - t0:.1f} s"
+                 + (f", {run['env_steps_per_s']:,.0f} env steps/s" if "env_steps_per_s" in run else f": {run['failed']}")
+                 + (f"; contended: {run['contended']}" if run["contended"] else "") + ")")
+        rates = [r["env_steps_per_s"] for r in runs if "env_steps_per_s" in r]
+        if len(runs) >= CALIBRATION_REPEATS and len(rates) >= 2 and measure.combine(rates)[1] <= CALIBRATION_AGREEMENT / 2:
+            break
+    entry: dict[str, Any] = {"placement": setting.placement, "transport": setting.transport, "compute": setting.compute,
+                             "actors": setting.actors, "train_every": setting.train_every,
+                             "method": "steady windows of repeated calibration runs (rlbench.plan.measure)",
+                             "runs": runs, "repeats": len(runs),
+                             "contended": "; ".join(sorted({r["contended"] for r in runs if r["contended"]}))}
+    good = [r for r in runs if "env_steps_per_s" in r]
+    if not good:
+        return {**entry, "failed": runs[-1].get("failed", "no run measured")}
+    entry["spread"] = {}
+    names = sorted({name for r in good for name, value in r.items() if isinstance(value, (int, float))
+                    and name not in ("seed", "steps", "wall_s", "spread", "episodes")})
+    for name in names:
+        values = [r[name] for r in good if r.get(name) is not None]
+        if values:
+            entry[name], entry["spread"][name] = measure.combine(values)
+    within = [r["spread"] for r in good if math.isfinite(r["spread"])]
+    if within:
+        entry["spread"]["env_steps_per_s"] = max(entry["spread"]["env_steps_per_s"], statistics.median(within))
+    return entry
 
 
 def calibrate_job(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
-                  calibrate: tuple[str, ...], progress: Progress) -> None:
-    """The in-situ calibration runs of a replay-loop job: local with each available compute
-    backend (a backend's threads or device calls cost in the loop what no micro measurement
-    shows), then each placement over each transport of `calibrate` that was measured usable,
-    learner-bound and actor-bound (the other transports are derived by the model from their
-    replay-node figures)."""
+                  calibrate: tuple[str, ...], progress: Progress, cores: int = 1) -> None:
+    """Every calibration setting of a replay-loop job (`calibration_settings`), repeated (`calibrate`)."""
     figures["calibration"] = {}
     if not (figures["compute"].get("cpu", {}).get("available") and figures["replay"].get("prioritized", {}).get("available")):
         progress(f"{job.key}: no calibration run (it needs the cpu backend and the prioritized memory)")
         return
-    algorithm = registry.get("algorithm", job.algo)
-    placements = [p for p in ("server", "in-network") if p in algorithm.capabilities.placements]
-    usable = [name for name in calibrate if transports.get(name, {}).get("available")]
-    runs: list[tuple[str, dict[str, Any]]] = [("local", {"placement": "local"})]
-    runs += [(f"local/{name}", {"placement": "local", "compute": name})
-             for name, c in figures["compute"].items() if name != "cpu" and c.get("available")]
-    for placement in placements:
-        for name in usable:
-            if "failed" in (figures.get("replay_node") or {}).get(f"{name}/{placement}", {"failed": ""}):
-                continue
-            runs.append((f"{name}/{placement}", {"placement": placement, "transport": name}))
-            runs.append((f"{name}/{placement}/actors", {"placement": placement, "transport": name, "actor_bound": True}))
-    for key, settings in runs:
-        t0 = time.perf_counter()
+    for setting in calibration_settings(job, figures, transports, registry, calibrate=calibrate, cores=cores):
         try:
-            figures["calibration"][key] = calibrate_placement(job, figures, **settings)
+            figures["calibration"][setting.key] = calibrate_setting(job, figures, setting, progress)
         except RlbenchError as exc:
-            figures["calibration"][key] = {"failed": str(exc)}
-        progress(f"{job.key}: calibration run {key} ({time.perf_counter() - t0:.1f} s)")
+            figures["calibration"][setting.key] = {"failed": str(exc), "placement": setting.placement}
 
 
 # ----------------------------------------------------------------------------------- tabular jobs

@@ -1,40 +1,57 @@
-"""Prove the prediction: run mappings for real, for a short budget, and set measured beside predicted.
+"""Prove the prediction: run mappings for real, long enough for a steady window, and set what they
+measured beside what the model predicted.
 
-What is compared. Replay-loop algorithms: env steps/s over the run as the runtime reports its
-steady state (`throughput.steady_env_steps_per_s`, else `loop.steady_env_steps_per_s`: first to last
-INSERT at the replay node), else from the learning curve (first to last episode end, the same
-window for a local run), else the whole run's rate; the prediction is `model.run_average` over the
-steps the run made, its warm-up before `learning_starts` included, since that window includes it.
-Offline tabular learning: updates/s of `fit_offline` (its own timed span, dataset loading
-excluded; the median of OFFLINE_REPEATS runs), predicted as what runs here; a backend's modelled hardware time is printed beside it
-and never validated (no hardware here).
+What is compared. Replay-loop algorithms: env steps/s in the run's steady window (rlbench.plan.measure:
+after learning_starts and the rate limiter's slack, the least-squares rate through the episodes
+that ended there, with the spread of its stretches), against the model's steady prediction. Each
+run lasts its warm-up plus `seconds` of steady window at the predicted rate (a wall-clock cap
+stops one that is far slower than predicted; its window is then what it ran). `repeats` runs per
+mapping with different seeds give the median and, with the windows' own spread, the spread.
+Offline tabular learning: updates/s of `fit_offline` (its own timed span, dataset loading excluded;
+the median of OFFLINE_REPEATS runs), predicted as what runs here; a backend's modelled hardware
+time is printed beside it and never validated (no hardware here).
+
+Which mappings. `validate`: the top K on this host and the default. `holdout`: N mappings drawn at
+random (a seeded draw) from those the profile did not calibrate on and the top K did not include.
+`first_choice_check`: the first choice and the default, for the same steps and seed, and the gain
+measured beside the gain predicted. `policy_check`: `rlbench bench policies`' own runs of a
+single learner and of N data-parallel learners, and the speed-up they measure beside the plan's.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rlbench.plan.model import Mapping, Prediction, insert_lead, run_average, with_actors
-from rlbench.plan.planner import Plan, Row
+from rlbench.plan import measure
+from rlbench.plan.model import Mapping, Prediction, warm_up_steps, with_actors
+from rlbench.plan.planner import Plan, Row, learner_gains
 
 OFFLINE_REPEATS = 5
+DEFAULT_SECONDS = 5.0  # steady window of a validation run, at the predicted rate
+CAP_FACTOR = 12  # a run is stopped after this many times its planned duration (60 s at least)
 
 
 @dataclass
 class Check:
     mapping: Mapping
     prediction: Prediction
-    rank: int | None  # None: the default mapping, not among the top K
+    rank: int | None  # None: not ranked among the top K (the default, or a holdout)
+    kind: str = "top"  # "top", "default" or "holdout"
     predicted: float | None = None  # the figure compared (env steps/s, or updates/s offline)
     measured: float | None = None
+    spread: float | None = None  # the measurement's relative spread
     measured_updates_per_s: float | None = None
     status: str = ""
     steps: int = 0
-    machine: dict[str, Any] = field(default_factory=dict)  # the run's machine state (contended or quiet)
+    window_s: float | None = None  # the steady window's length (of the median run)
+    runs: list[float] = field(default_factory=list)  # each run's measured rate
+    machine: dict[str, Any] = field(default_factory=dict)  # the last run's machine state
+    contended: str = ""  # what disturbed any of its runs
 
     @property
     def error(self) -> float | None:
@@ -44,26 +61,70 @@ class Check:
         return (self.predicted - self.measured) / self.measured
 
 
-def _curve_rate(result: dict[str, Any]) -> float | None:
-    points = result.get("learning_curve") or []
-    if len(points) < 2 or points[-1]["time_s"] <= points[0]["time_s"]:
-        return None
-    return (points[-1]["step"] - points[0]["step"]) / (points[-1]["time_s"] - points[0]["time_s"])
+def budget(plan: Plan, mapping: Mapping, prediction: Prediction, seconds: float) -> tuple[int, float]:
+    """(env steps, warm-up steps) of a validation run: warm-up, then `seconds` of steady window."""
+    warm = warm_up_steps(mapping, plan.schedule)
+    return int(warm + prediction.env_steps_per_s * seconds / (1 - measure.SETTLE)), warm
 
 
-def measured_rates(result: dict[str, Any]) -> tuple[float | None, float | None]:
-    """(env steps/s, updates/s) a run achieved, as defined in this module's docstring."""
-    throughput, loop = result["throughput"], result.get("loop") or {}
-    if loop.get("mode") == "offline":
+def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
+              repeats: int = 1, steps: int | None = None, kind: str = "top") -> Check:
+    """Run one mapping `repeats` times (seeds seed, seed + 1, ...): a replay-loop job for its warm-up
+    plus `seconds` of steady window (or `steps`), an offline one OFFLINE_REPEATS times per repeat."""
+    import rlbench
+
+    mapping, prediction = row.mapping, row.prediction
+    check = Check(mapping, prediction, rank, kind)
+    if prediction.env_steps_per_s is None:
+        return _run_offline(check, seed)
+    planned, warm = budget(plan, mapping, prediction, seconds)
+    steps = steps or planned
+    cap = max(60.0, CAP_FACTOR * seconds)
+    windows: list[measure.Steady] = []
+    for repeat in range(repeats):
+        result = rlbench.run(mapping.config(steps=steps, seconds=cap, eval_episodes=0, seed=seed + repeat))
+        check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
+        check.steps = result["throughput"]["env_steps"]
+        check.machine = result.get("machine_state") or {}
+        why = measure.contention(check.machine)
+        if why:
+            check.contended = why
+        steady = measure.steady_rate(result, measure.window_start(warm, check.steps))
+        if steady is not None:
+            windows.append(steady)
+    check.predicted = prediction.env_steps_per_s
+    if not windows:
+        check.status += "; too few episodes in the steady window to measure it"
+        return check
+    check.runs = [w.rate for w in windows]
+    check.measured, across = measure.combine(check.runs)
+    within = [w.spread for w in windows if math.isfinite(w.spread)]
+    check.spread = max(across, statistics.median(within) if within else 0.0)
+    middle = min(windows, key=lambda w: abs(w.rate - check.measured))
+    check.window_s = middle.seconds
+    check.measured_updates_per_s = check.measured / plan.schedule.train_every
+    return check
+
+
+def _run_offline(check: Check, seed: int) -> Check:
+    import rlbench
+
+    rates = []
+    for _ in range(OFFLINE_REPEATS):
+        result = rlbench.run(check.mapping.config(eval_episodes=0, seed=seed))
         fit = (result.get("latency") or {}).get("learner.fit_offline") or {}
         seconds = fit.get("mean", 0.0) * 1e-6
-        return None, throughput["updates"] / seconds if seconds > 0 else None
-    env = (throughput.get("steady_env_steps_per_s") or loop.get("steady_env_steps_per_s") or _curve_rate(result)
-           or throughput["env_steps_per_s"])
-    updates = throughput.get("steady_updates_per_s") or loop.get("steady_updates_per_s")
-    if updates is None and throughput["env_steps"]:
-        updates = throughput["updates"] * env / throughput["env_steps"]  # the same window as env steps
-    return env, updates
+        if seconds > 0:
+            rates.append(result["throughput"]["updates"] / seconds)
+        check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
+        check.machine = result.get("machine_state") or {}
+        check.contended = measure.contention(check.machine) or check.contended
+    check.predicted = check.prediction.updates_per_s
+    if rates:
+        check.runs = rates
+        check.measured, check.spread = measure.combine(rates)
+        check.measured_updates_per_s = check.measured
+    return check
 
 
 def validation_rows(plan: Plan, k: int) -> list[tuple[Row, int | None]]:
@@ -75,63 +136,159 @@ def validation_rows(plan: Plan, k: int) -> list[tuple[Row, int | None]]:
     return chosen
 
 
-def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float) -> Check:
-    """Run one mapping: a replay-loop job for its warm-up plus `seconds` of learning (by the
-    prediction); an offline one over its dataset OFFLINE_REPEATS times, keeping the median run (a
-    fit lasts milliseconds: one run is mostly noise); with no evaluation episodes."""
-    import rlbench
-
-    mapping, prediction = row.mapping, row.prediction
-    check = Check(mapping, prediction, rank)
-    budget: dict[str, Any] = {"eval_episodes": 0, "seed": 0}
-    learning_starts = plan.schedule.learning_starts
-    if prediction.env_steps_per_s is not None:
-        steps = int(max(learning_starts, plan.schedule.batch_size) + prediction.env_steps_per_s * seconds)
-        budget.update(steps=steps, seconds=max(60.0, 6 * seconds))
-    runs = [rlbench.run(mapping.config(**budget)) for _ in range(1 if prediction.env_steps_per_s is not None
-                                                                 else OFFLINE_REPEATS)]
-    result = sorted(runs, key=lambda r: measured_rates(r)[1] or 0.0)[len(runs) // 2]  # the median run
-    check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
-    check.steps = result["throughput"]["env_steps"]
-    check.machine = result.get("machine_state") or {}
-    env, updates = measured_rates(result)
-    check.measured_updates_per_s = updates
-    if prediction.env_steps_per_s is None:
-        check.predicted, check.measured = prediction.updates_per_s, updates
-    else:
-        check.predicted = run_average(prediction, check.steps, max(learning_starts, plan.schedule.batch_size),
-                                      insert_lead(mapping, plan.schedule))
-        check.measured = env
-    return check
+def calibrated(plan: Plan, profile: dict[str, Any]) -> set[Mapping]:
+    """The mappings (actor count and policy included, schedule left out) the profile's calibration
+    runs of this job ran on this host."""
+    entry = profile["hosts"].get(plan.this_host) or {}
+    runs = ((entry.get("jobs") or {}).get(plan.job.key) or {}).get("calibration") or {}
+    found = set()
+    for run in runs.values():
+        if "placement" not in run:
+            continue
+        found.add(_shape(Mapping(plan.job.algo, plan.job.env, run.get("compute") or "cpu", placement=run["placement"],
+                                 replay="prioritized", transport=run.get("transport"),
+                                 actors=run.get("actors", 1) if run["placement"] != "local" else 1)))
+    return found
 
 
-def validate(plan: Plan, k: int, *, seconds: float = 5.0, progress: Callable[[str], None] = lambda line: None) -> list[Check]:
+def _shape(mapping: Mapping) -> tuple[Any, ...]:
+    return (mapping.placement, mapping.transport if mapping.placement != "local" else None, mapping.replay,
+            mapping.compute, mapping.options, mapping.actors, mapping.policy, mapping.learners, mapping.dataset)
+
+
+def holdout_rows(plan: Plan, profile: dict[str, Any], n: int, *, seed: int = 0,
+                 exclude: list[Row] = ()) -> list[Row]:
+    """`n` mappings on this host drawn at random (seeded) from those the profile did not calibrate on,
+    leaving out `exclude` (the rows validated already)."""
+    trained = calibrated(plan, profile)
+    taken = {id(row) for row in exclude}
+    candidates = [row for row in plan.rows if row.mapping.host == plan.this_host and id(row) not in taken
+                  and _shape(row.mapping) not in trained]
+    return random.Random(seed).sample(candidates, min(n, len(candidates)))
+
+
+def validate(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
+             repeats: int = 1, progress: Callable[[str], None] = lambda line: None) -> list[Check]:
+    """Run each (row, rank, kind) and set measured beside predicted."""
     checks = []
-    for row, rank in validation_rows(plan, k):
-        check = run_check(plan, row, rank, seconds=seconds)
-        progress(f"ran {'#' + str(rank) if rank else 'default'} {row.mapping.label()}: predicted "
-                 f"{_rate(check.predicted)}, measured {_rate(check.measured)}")
+    for row, rank, kind in rows:
+        check = run_check(plan, row, rank, seconds=seconds, seed=seed, repeats=repeats, kind=kind)
+        error = check.error
+        progress(f"ran {kind} {'#' + str(rank) if rank else ''} {row.mapping.label()}: predicted "
+                 f"{_rate(check.predicted)}, measured {_rate(check.measured)}"
+                 + (f" ({error:+.1%})" if error is not None else "")
+                 + (f" [contended: {check.contended}]" if check.contended else ""))
         checks.append(check)
     return checks
 
 
 def summary(checks: list[Check]) -> dict[str, Any]:
-    """Median absolute error, and how the first choice fared against the best measured."""
-    errors = [abs(c.error) for c in checks if c.error is not None and math.isfinite(c.error)]
-    measured = [c for c in checks if c.measured]
+    """Median and largest absolute error, per kind of check and over all; how the first choice fared
+    against the best measured; how many runs someone else's work disturbed."""
+    def errors(chosen: list[Check]) -> dict[str, Any]:
+        values = [abs(c.error) for c in chosen if c.error is not None and math.isfinite(c.error)]
+        return {"mappings": len(chosen), "measured": len(values),
+                "median_abs_error": statistics.median(values) if values else None,
+                "max_abs_error": max(values) if values else None}
+
+    validated = [c for c in checks if c.kind in ("top", "default")]
+    held = [c for c in checks if c.kind == "holdout"]
+    measured = [c for c in validated if c.measured]
     first = next((c for c in checks if c.rank == 1), None)
     best = max(measured, key=lambda c: c.measured) if measured else None
     return {
-        "validated": len(checks),
-        "median_abs_error": statistics.median(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
+        "validated": len(checks), **errors(checks),
+        "top_and_default": errors(validated), "holdout": errors(held),
+        "contended_runs": sum(1 for c in checks if c.contended),
         "first_choice": first.mapping.label() if first else None,
         "best_measured": best.mapping.label() if best else None,
         "first_vs_best": (first.measured / best.measured) if first and best and first.measured else None,
     }
 
 
-def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: float,
+# ------------------------------------------------------------------------------ first choice
+@dataclass
+class GainCheck:
+    """A candidate against a baseline, run for the same steps and seed: the gain predicted and measured."""
+
+    candidate: Check
+    baseline: Check
+    what: str  # what the gain is of, e.g. "first choice over the default"
+    unit: str = "env steps/s"
+
+    @property
+    def predicted_gain(self) -> float | None:
+        c, b = self.candidate.predicted, self.baseline.predicted
+        return c / b - 1 if c and b else None
+
+    @property
+    def measured_gain(self) -> float | None:
+        c, b = self.candidate.measured, self.baseline.measured
+        return c / b - 1 if c and b else None
+
+    @property
+    def error(self) -> float | None:
+        """The measured ratio against the predicted one, less 1 (a gain of +30 % predicted and +25 %
+        measured: 1.25 / 1.30 - 1 = -3.8 %)."""
+        if self.predicted_gain is None or self.measured_gain is None:
+            return None
+        return (1 + self.measured_gain) / (1 + self.predicted_gain) - 1
+
+
+def first_choice_check(plan: Plan, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, repeats: int = 1,
+                       progress: Callable[[str], None] = lambda line: None) -> GainCheck | str:
+    """Run the first choice and the default for the same env steps and seeds; or why not (a str)."""
+    if plan.offline:
+        return "--check compares replay-loop mappings (an offline plan has no default to beat in env steps)"
+    if plan.default is None:
+        return "no default mapping (local, cpu, prioritized) is in the plan to compare with"
+    chosen, default = plan.chosen, plan.default
+    if chosen is default:
+        return f"the first choice is the default mapping itself ({default.mapping.label()}): nothing to gain"
+    steps = max(budget(plan, chosen.mapping, chosen.prediction, seconds)[0],
+                budget(plan, default.mapping, default.prediction, seconds)[0])
+    checks = []
+    for row, kind in ((chosen, "top"), (default, "default")):
+        check = run_check(plan, row, row.rank if row is chosen else None, seconds=seconds, seed=seed, repeats=repeats,
+                          steps=steps, kind=kind)
+        progress(f"--check ran {row.mapping.label()}: predicted {_rate(check.predicted)}, measured "
+                 f"{_rate(check.measured)}")
+        checks.append(check)
+    return GainCheck(checks[0], checks[1], "first choice over the default")
+
+
+# ---------------------------------------------------------------------------------- policies
+def policy_check(plan: Plan, learners: int, *, steps: int | None = None, seed: int = 0,
+                 progress: Callable[[str], None] = lambda line: None) -> GainCheck | str:
+    """`rlbench bench policies`' runs of one learner and of `learners` data-parallel learners, on the
+    plan's best data-parallel family with that count, and the speed-up in updates/s they measure
+    (the bench's own figure) beside the plan's prediction."""
+    from rlbench.bench import policies as bench
+    from rlbench.runner import run
+
+    gain = next((g for g in learner_gains(plan) if g.parallel.mapping.learners == learners), None)
+    if gain is None:
+        return f"no data-parallel mapping with {learners} learners on this host in the plan (see its left-out list)"
+    mapping = gain.parallel.mapping
+    hp = dict(mapping.hyperparameters)
+    steps = steps or bench.DEFAULT_STEPS
+    checks = []
+    for policy, count, row in (("data-parallel", learners, gain.parallel), ("single-learner", 1, gain.single)):
+        config = bench.policy_config(policy, count, steps, mapping.transport, mapping.actors, seed,
+                                     hyperparameters=hp, replay=mapping.replay, compute=mapping.compute)
+        result = run(config)
+        measured = bench.summarise(f"{policy} x{count}", result, bench.DEFAULT_TARGET)
+        check = Check(replace(row.mapping), row.prediction, row.rank, "policy", predicted=row.prediction.updates_per_s,
+                      measured=measured["updates_per_s"], status=result["status"],
+                      steps=result["throughput"]["env_steps"], machine=result.get("machine_state") or {},
+                      contended=measure.contention(result.get("machine_state")))
+        progress(f"--check-policies ran {row.mapping.label()} ({steps} env steps, bench policies' run): updates/s "
+                 f"predicted {_rate(check.predicted)}, measured {_rate(check.measured)}")
+        checks.append(check)
+    return GainCheck(checks[0], checks[1], f"{learners} data-parallel learners over one", unit="updates/s")
+
+
+def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: float, seed: int = 0,
                  progress: Callable[[str], None] = lambda line: None) -> list[Check]:
     """Run `mapping`'s family at 1..max_actors actors: predicted beside measured."""
     by_actors = {row.mapping.actors: row for row in plan.rows if row.mapping.family == mapping.family}
@@ -140,7 +297,7 @@ def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: floa
         row = by_actors.get(actors)
         if row is None:
             continue
-        check = run_check(plan, row, row.rank, seconds=seconds)
+        check = run_check(plan, row, row.rank, seconds=seconds, seed=seed)
         progress(f"{with_actors(mapping, actors).label()}: predicted {_rate(check.predicted)}, "
                  f"measured {_rate(check.measured)}")
         checks.append(check)
