@@ -106,10 +106,14 @@ def test_in_network_hides_sampling_behind_learning_and_waits_only_for_the_excess
     assert waiting.bottleneck.startswith("learner: update")
 
 
-def test_cores_run_out_past_the_actors_knee_and_the_saturated_run_sets_kappa():
+def test_cores_run_out_past_the_actors_knee_and_the_saturated_runs_set_kappa():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
-    assert model.distributed_calibration(figures, "server", 2).kappa == pytest.approx(0.25)
+    calibrated = model.distributed_calibration(figures, "server", 2)
+    # 3 processes (2 actors, a learner): 0.25; 5 processes: 0.45; between and beyond them, linearly
+    assert calibrated.kappa_points == (pytest.approx((3, 0.25)), pytest.approx((5, 0.45)))
+    assert calibrated.kappa(2, 2) == 0.0 and calibrated.kappa(4, 2) == pytest.approx(0.35)
+    assert calibrated.kappa(7, 2) == pytest.approx(0.65)
     light = Schedule(batch_size=128, train_every=1000, publish_every=1)  # the learner is idle most of the time
     curve = []
     for actors in (1, 2, 3, 4):
@@ -121,15 +125,17 @@ def test_cores_run_out_past_the_actors_knee_and_the_saturated_run_sets_kappa():
         assert p.actor_supply == pytest.approx(1e6 / a)
         if actors == 1:  # two processes on two cores: the actor's supply binds
             assert p.bottleneck == "actors (1)" and p.env_steps_per_s == pytest.approx(1e6 / a)
-        else:  # more processes than cores: the CPU binds, every role's work 1.25x dearer
+        else:  # more processes than cores: the CPU binds, every role's work dearer by kappa
             v = 40 / 128 + fetches * 20 / 128 + 40 / 1000 + 10 / 1000
             assert p.bottleneck.startswith("CPU (2 cores)")
-            assert p.env_steps_per_s == pytest.approx(2e6 / ((a + 850 / 1000 + v) * 1.25))
+            kappa = 0.25 + 0.1 * (actors - 2)
+            assert p.env_steps_per_s == pytest.approx(2e6 / ((a + 850 / 1000 + v) * (1 + kappa)))
             assert p.busy_cores == pytest.approx(2.0)
     assert model.supply_knee(curve) == 2  # 2 actors supply more than the cores let through
-    document = handmade()
-    del job_figures(document)["calibration"]["shm/server/saturated"]
-    assert model.distributed_calibration(job_figures(document), "server", 2).kappa == 0.0
+    del figures["calibration"]["shm/server/saturated-4"]  # one saturated run: its kappa throughout
+    assert model.distributed_calibration(figures, "server", 2).kappa(7, 2) == pytest.approx(0.25)
+    del figures["calibration"]["shm/server/saturated-2"]
+    assert model.distributed_calibration(figures, "server", 2).kappa(7, 2) == 0.0
 
 
 def test_data_parallel_learners_split_the_batch_and_pay_the_all_reduce():
@@ -566,10 +572,12 @@ def test_calibration_settings_name_the_runs_the_model_reads():
                                             cores=2)
     keys = [s.key for s in settings]
     # tcp's replay node failed when profiled: no run over it
-    assert keys == ["local", "local/actor-heavy", "local/fpga", "shm/server", "shm/in-network", "shm/server/saturated"]
+    assert keys == ["local", "local/actor-heavy", "local/fpga", "shm/server", "shm/in-network",
+                    "shm/server/saturated-2", "shm/server/saturated-4"]
     heavy = {s.key: s for s in settings}
     assert heavy["local/actor-heavy"].train_every >= 8 and not heavy["local/actor-heavy"].free_phase
-    assert heavy["shm/server/saturated"].actors == 2 and heavy["shm/server/saturated"].train_every > 1
+    assert heavy["shm/server/saturated-2"].actors == 2 and heavy["shm/server/saturated-4"].actors == 4
+    assert heavy["shm/server/saturated-2"].train_every > 1 and not heavy["shm/server/saturated-2"].free_phase
     assert heavy["shm/server"].free_phase and heavy["shm/server"].train_every == 1
 
 

@@ -73,18 +73,18 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
   The CPU bound: the roles share the host's cores; while they run free each is on a CPU for its
   work: a per env step for the actor that made it, N (l - wait) / k for the learners (waiting is
   off the CPU), v for the node, which also polls while idle (node_idle cores, calibrated):
-    X_cpu = (cores - node_idle) / ((a + N (l - wait) / k + v) (1 + kappa [A + N > cores]))
-  kappa: when more processes are runnable than there are cores, the scheduler time-slices them
-  and each slice starts with cold caches, so all work costs more CPU than with a core each. The
-  saturated calibration run (cores actors, actor-heavy, every core busy) measures it: kappa =
-  X_cpu(kappa = 0) / X_measured - 1. That is the knee EMC2'20 measures: the actor count where
+    X_cpu = (cores - node_idle) / ((a + N (l - wait) / k + v) (1 + kappa(A + N)))
+  kappa(p): when p processes are runnable on fewer cores, the scheduler time-slices them and each
+  slice starts with cold caches, so all work costs more CPU than with a core each, the more the
+  more processes share a core. Two saturated calibration runs (cores and 2 x cores actors,
+  actor-heavy, every core busy) measure it: kappa = X_cpu(kappa = 0) / X_measured - 1 at each,
+  and linearly between and beyond them in the number of processes (0 while p <= cores; one run:
+  its kappa throughout). That is the knee EMC2'20 measures: the actor count where
   the actors' supply A / a stops being the bound (a learner, the node or the CPU binds instead).
   The bottleneck named is the bound that binds, with its largest term.
 
 Not modelled: other processes' use of the cores (the profile and every validation run record it:
-`machine_state`; `rlbench plan` refuses a contended profile unless told otherwise); kappa growing
-with the number of processes beyond cores + 1 (measured here: 4 actors at 0.9x the prediction);
-the learner slowing a little as busier actors share its core (up to ~10 % at 2 actors, k = 4).
+`machine_state`; `rlbench plan` refuses a contended profile unless told otherwise); the learner slowing a little as busier actors share its core (up to ~10 % at 2 actors, k = 4).
 
 Tabular offline (SwiftRL): fit_offline on backend c (with its options, e.g. DPUs) over a dataset
 of D transitions for E epochs: seconds = fixed(c) + per_update(c) * D * E, both fitted from the
@@ -436,8 +436,17 @@ class DistributedCalibration:
     loop: float
     free_step: float  # the actor's step running alone (warm-up)
     node_idle: float  # cores the node uses polling while idle
-    kappa: float  # extra CPU per unit of work when processes outnumber cores
     spreads: dict[str, float]
+    kappa_points: tuple[tuple[int, float], ...]  # (processes, kappa) measured by the saturated runs
+
+    def kappa(self, processes: int, cores: float) -> float:
+        """Extra CPU per unit of work with `processes` runnable on `cores` (module docstring)."""
+        if processes <= cores or not self.kappa_points:
+            return 0.0
+        if len(self.kappa_points) == 1:
+            return self.kappa_points[0][1]
+        (p1, k1), (p2, k2) = self.kappa_points[0], self.kappa_points[-1]
+        return max(0.0, k1 + (k2 - k1) * (processes - p1) / (p2 - p1))
 
 
 def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -> DistributedCalibration:
@@ -459,25 +468,27 @@ def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -
     spreads = {"period": _spread(run, "env_steps_per_s"), "compute": _spread(run, "learner_compute_us"),
                "wait": _spread(run, "learner_wait_us"), "free_step": _spread(run, "free_step_us")}
     calibrated = DistributedCalibration(run["transport"], period, run["learner_compute_us"], wait, weights, loop,
-                                        free, node_idle, 0.0, spreads)
-    return replace(calibrated, kappa=_kappa(job, calibrated, cores))
+                                        free, node_idle, spreads, ())
+    return replace(calibrated, kappa_points=_kappa_points(job, calibrated, cores))
 
 
-def _kappa(job: dict[str, Any], calibrated: DistributedCalibration, cores: float) -> float:
-    """kappa from the saturated calibration run: its CPU bound with kappa = 0, over what it measured."""
-    saturated = next((r for key, r in (job.get("calibration") or {}).items()
-                      if key.endswith("/saturated") and "failed" not in r and "env_steps_per_s" in r), None)
-    if saturated is None:
-        return 0.0
-    mapping = Mapping(job["algo"], job["env"], "cpu", placement="server", replay="prioritized",
-                      transport=saturated["transport"], actors=saturated["actors"])
-    schedule = Schedule(job["hyperparameters"]["batch_size"], saturated["train_every"],
-                        _calibrated_publish_every(job))
-    try:
-        cpu_bound = _distributed_bounds(mapping, job, schedule, cores, replace(calibrated, kappa=0.0))["cpu"]
-    except ModelError:
-        return 0.0
-    return max(0.0, cpu_bound / saturated["env_steps_per_s"] - 1.0)
+def _kappa_points(job: dict[str, Any], calibrated: DistributedCalibration,
+                  cores: float) -> tuple[tuple[int, float], ...]:
+    """(processes, kappa) of each saturated calibration run: its CPU bound with kappa = 0, over what
+    it measured, less 1."""
+    points = []
+    for key, run in (job.get("calibration") or {}).items():
+        if "/saturated" not in key or "failed" in run or "env_steps_per_s" not in run:
+            continue
+        mapping = Mapping(job["algo"], job["env"], "cpu", placement="server", replay="prioritized",
+                          transport=run["transport"], actors=run["actors"])
+        schedule = Schedule(job["hyperparameters"]["batch_size"], run["train_every"], _calibrated_publish_every(job))
+        try:
+            cpu_bound = _distributed_bounds(mapping, job, schedule, cores, replace(calibrated, kappa_points=()))["cpu"]
+        except ModelError:
+            continue
+        points.append((run["actors"] + 1, max(0.0, cpu_bound / run["env_steps_per_s"] - 1.0)))
+    return tuple(sorted(points))
 
 
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
@@ -546,8 +557,7 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     v = max(1e-3, sum(t.us for t in node_terms))
     # the cores
     learner_cpu = learners * (learner - wait) / k + learners * max(0.0, p.learn_share - 1.0) * compute / k
-    saturated = actors + learners > cores
-    inflation = 1.0 + (calibrated.kappa if saturated else 0.0)
+    inflation = 1.0 + calibrated.kappa(actors + learners, cores)
     capacity = max(0.1, cores - calibrated.node_idle)
     cpu_terms = [Term("actors", a * inflation, calibrated.spreads["free_step"]),
                  Term("learners", learner_cpu * inflation, calibrated.spreads["compute"]),

@@ -931,8 +931,8 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     - `local/NAME` for each other compute backend: what its threads or device calls cost in a loop;
     - `T/server`, `T/in-network` for each transport T of `calibrate` that was measured usable:
       learner-bound, one actor; the learner's period, the split of it, each role's CPU;
-    - `T/server/saturated` (the first of them): `cores` actors, actor-heavy, so every core is busy;
-      how much dearer each role's work gets when processes outnumber cores."""
+    - `T/server/saturated-A` (the first of them) for A = cores and 2 x cores actors, actor-heavy, so
+      every core is busy: how much dearer each role's work gets when processes outnumber cores."""
     cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
     free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
     update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
@@ -950,8 +950,8 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
                  if "failed" not in nodes.get(f"{name}/{placement}", {"failed": ""})]
     served = [name for name in usable if "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
     if served and "server" in placements:
-        runs.append(Calibration(f"{served[0]}/server/saturated", "server", served[0], actors=max(2, cores),
-                                train_every=heavy, free_phase=False))
+        runs += [Calibration(f"{served[0]}/server/saturated-{actors}", "server", served[0], actors=actors,
+                             train_every=heavy, free_phase=False) for actors in (max(2, cores), 2 * max(2, cores))]
     return runs
 
 
@@ -997,6 +997,8 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     run: dict[str, Any] = {"seed": seed, "status": result["status"], "wall_s": result["timing"]["wall_s"],
                            "steps": result["throughput"]["env_steps"], "contended": measure.contention(state),
                            "machine": measure.machine_note(state)}
+    if result["status"] != "complete":
+        return {**run, "failed": f"the run ended {result['status']}: {result.get('status_reason')}"}
     steady = measure.steady_rate(result, measure.window_start(learning_starts + lead, steps))
     if steady is None:
         return {**run, "failed": "too few episodes ended in the steady window to time it"}
