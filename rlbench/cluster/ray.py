@@ -85,13 +85,44 @@ def connect(ray: Any, address: str | None, cpus_needed: int) -> bool:
     try:
         with quiet_token_notice():
             ray.init(**options)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        if _token_refused(exc):
+            raise RlbenchError(f"cannot connect to {where}: Ray's token authentication refused this process: "
+                               f"{_token_advice()}") from None
+        if not isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
+            raise
         raise RlbenchError(f"cannot connect to {where}: {one_line(exc)}") from None
     finally:
         if on_main and previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return True
+
+
+def _token_refused(exc: BaseException | None) -> bool:
+    """Whether Ray's token authentication refused this process (Ray 2.60: an AuthenticationError, or
+    ray.init's ConnectionError caused by one, after its ~20 s of retries)."""
+    while exc is not None:
+        if type(exc).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _token_advice() -> str:
+    """Why this process's Ray token was refused, as far as this node can tell, and the fix."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        lacks = "RAY_AUTH_MODE is not token here, so no token was sent"
+    elif os.environ.get("RAY_AUTH_TOKEN"):
+        lacks = "RAY_AUTH_TOKEN is not the cluster's token"
+    elif not os.path.exists(path):
+        lacks = f"RAY_AUTH_MODE=token, but there is no token at {path}"
+    else:
+        lacks = f"the token at {path} is not the cluster's"
+    return (f"{lacks}; every node and driver needs the head node's token: copy its ~/.ray/auth_token to "
+            "~/.ray/auth_token here (or point RAY_AUTH_TOKEN_PATH at it) and export RAY_AUTH_MODE=token, "
+            "as README.md's \"Running on a cluster\" does")
 
 
 def match_nodes(name: str, nodes: list[Node]) -> list[Node]:
