@@ -427,15 +427,15 @@ def test_a_short_validation_measures_each_run_in_its_steady_window():
     here = profile.this_host_key()
     plan = planner.make_plan(TAXI, handmade(here), datasets=(10_000,))
     rows = [(row, rank, "top" if rank else "default") for row, rank in validation.validation_rows(plan, 2)]
-    checks = validation.validate(plan, rows, seconds=0.2)
+    checks = validation.validate(plan, rows, seconds=0.2, repeats=1)
     assert [c.rank for c in checks] == [1, 2]  # the default (cpu) is the first: not run twice
     assert all(c.status.startswith("complete") and math.isfinite(c.error) and c.spread is not None for c in checks)
     job = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200, "batch_size": 32})
     replay = planner.make_plan(job, _with_job_key(handmade(here), here, job.key), max_actors=1,
                                only={"placement": "local"})
     local = replay.rows[0]
-    check = validation.run_check(replay, local, local.rank, seconds=0.3)
-    assert check.status == "complete" and check.steps > 200
+    check = validation.run_check(replay, local, local.rank, seconds=0.3, repeats=1)
+    assert check.status == "complete" and check.steps > 200 and len(check.runs) == 1
     assert check.measured > 0 and math.isfinite(check.error) and check.window_s > 0
     assert check.measured_updates_per_s == pytest.approx(check.measured / replay.schedule.train_every)
     summary = validation.summary(checks + [check])
@@ -605,6 +605,29 @@ def test_a_profile_of_an_older_rlbench_is_refused_in_one_line(tmp_path):
 
 
 # ------------------------------------------------------------------------- checks of the gain
+def test_a_validation_run_repeats_until_its_runs_agree(monkeypatch):
+    document = handmade()
+    plan = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, only={"placement": "local", "compute": "cpu",
+                                                                              "replay": "prioritized"})
+    rates = iter([1000.0, 1300.0, 1100.0, 1000.0, 1040.0])
+    seeds = []
+
+    def fake_run(config):
+        seeds.append(config.seed)
+        rate = next(rates)
+        curve = _curve((1000, 20_000.0), (config.steps - 1000, rate))
+        return {"status": "complete", "throughput": {"env_steps": curve[-1]["step"]}, "learning_curve": curve,
+                "machine_state": {"other_processes_cores": 0.3 if config.seed == 6 else 0.0}}
+
+    monkeypatch.setattr(rlbench, "run", fake_run)
+    disagreeing = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, seed=5)
+    assert seeds == [5, 6, 7] and disagreeing.runs == pytest.approx([1000.0, 1300.0, 1100.0])
+    assert disagreeing.measured == pytest.approx(1100.0) and disagreeing.spread == pytest.approx(150 / 1100)
+    assert disagreeing.contended == "other processes used 0.30 cores"  # one disturbed run marks the check
+    agreeing = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, seed=5)
+    assert len(agreeing.runs) == 2 and agreeing.measured == pytest.approx(1020.0)
+
+
 def test_a_gain_check_sets_the_measured_gain_beside_the_predicted_one():
     prediction = model.Prediction(1300.0, 1300.0, 1.0, "")
     first = validation.Check(dqn_mapping(placement="server", transport="shm"), prediction, 1, predicted=1300.0,
@@ -624,7 +647,7 @@ def test_check_runs_the_first_choice_and_the_default_for_the_same_steps_and_seed
     assert "nothing to gain" in validation.first_choice_check(same, seconds=0.3)
     plan = planner.make_plan(job, document, max_actors=1, only={"placement": "local", "compute": "cpu",
                                                                 "replay": "uniform"})
-    outcome = validation.first_choice_check(plan, seconds=0.3, seed=3)
+    outcome = validation.first_choice_check(plan, seconds=0.3, seed=3, repeats=1)
     assert outcome.candidate.mapping.replay == "uniform" and outcome.baseline.mapping.replay == "prioritized"
     assert outcome.candidate.steps == outcome.baseline.steps  # the same budget, for a fair comparison
     assert math.isfinite(outcome.measured_gain) and math.isfinite(outcome.error)

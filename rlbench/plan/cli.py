@@ -296,10 +296,11 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
                    "vs predicted.")
 @click.option("--sweep", type=click.Choice(["actors"]), default=None,
               help="Run the chosen family (or the best distributed one) at 1..--max-actors actors.")
-@click.option("--seconds", type=click.FloatRange(min=0.2), default=5.0, show_default=True,
+@click.option("--seconds", type=click.FloatRange(min=0.2), default=4.0, show_default=True,
               help="Steady window of each validation, check or sweep run (after its warm-up), at the predicted rate.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs per validated mapping (seeds SEED, SEED+1, ...); their spread is reported.")
+@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Runs per validated or checked mapping (seeds SEED, SEED+1, ...; one more while they disagree by "
+                   "more than 10 %); their spread is reported.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the runs and of the holdout draw.")
 @click.option("-o", "--out", default="plan.toml", show_default=True, type=click.Path(dir_okay=False),
               help="Where to write the chosen plan (a run file: `rlbench run --plan FILE`).")
@@ -379,7 +380,7 @@ def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datase
         if not as_json:
             click.echo(format_gain(outcome, plan))
     if sweep:
-        report["sweep"] = _sweep(plan, max_actors, seconds, seed, as_json)
+        report["sweep"] = _sweep(plan, max_actors, seconds, seed, repeats, as_json)
     if as_json:
         click.echo(json.dumps(report, indent=1, default=str))
 
@@ -406,7 +407,7 @@ def _profiled_sizes(document: dict[str, Any], job: Any) -> tuple[int, ...]:
     return ()
 
 
-def _sweep(plan: Any, max_actors: int, seconds: float, seed: int, as_json: bool) -> dict[str, Any]:
+def _sweep(plan: Any, max_actors: int, seconds: float, seed: int, repeats: int, as_json: bool) -> dict[str, Any]:
     from rlbench.plan import validation
     from rlbench.plan.model import knee
     from rlbench.plan.planner import knee_of
@@ -419,7 +420,8 @@ def _sweep(plan: Any, max_actors: int, seconds: float, seed: int, as_json: bool)
         if not candidates:
             raise click.UsageError("no distributed mapping to sweep on this host")
         chosen = next((m for m in candidates if m.compute == chosen.compute), candidates[0])
-    checks = validation.sweep_actors(plan, chosen, max_actors, seconds=seconds, seed=seed, progress=_echo_err)
+    checks = validation.sweep_actors(plan, chosen, max_actors, seconds=seconds, seed=seed, repeats=repeats,
+                                     progress=_echo_err)
     item = knee_of(plan, chosen)
     rates = [(c.mapping.actors, c.measured) for c in checks if c.measured]
     measured_knee = knee(rates) if rates else None

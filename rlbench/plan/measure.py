@@ -7,7 +7,9 @@ The steady window. A replay-loop run has three phases: start-up (processes, impo
 warm-up (the actors fill the memory up to ``learning_starts`` with no learner at work, then run
 ahead of it by the rate limiter's slack, ``insert_lead`` transitions) and the steady state, where
 actors and learner move at the pace of the slower. Only the last is what a mapping sustains, and
-what the model predicts. Its rate is the least-squares slope of env steps over wall time through the
+what the model predicts. (A result's own ``steady_*`` rates run from the first env step to the
+last: start-up is out, but warm-up and slack are in, which makes a short run look faster than the
+mapping is, the more so the more actors fill the slack.) Its rate is the least-squares slope of env steps over wall time through the
 episodes that ended in it (`steady_rate`): every episode end is a (step, time) sample, a slope uses
 all of them, and a distributed run's actors, whose clocks start a few hundred milliseconds apart,
 only shift their samples along the time axis, which a slope through all of them barely feels. The

@@ -372,24 +372,30 @@ def compute_excess(job: dict[str, Any], compute: str) -> tuple[float, float]:
     return step, own_update - cpu_update
 
 
+def _micro_step(parts: _Parts, n: int) -> float:
+    return (parts.inference + parts.env + parts.add_step) / n
+
+
+def _micro_update(parts: _Parts, publish_every: int) -> float:
+    return parts.learn + parts.cycle + parts.load / publish_every
+
+
 def predict_local(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -> Prediction:
     p = _parts(job, mapping.replay, mapping.compute)
     ref = _parts(job, "prioritized", "cpu")
     costs = local_costs(job)
     extra_step, extra_update = compute_excess(job, mapping.compute)
     n, k, every = job["num_envs"], schedule.train_every, schedule.publish_every
-    micro_step = lambda q: (q.inference + q.env + q.add_step) / n  # noqa: E731
-    micro_update = lambda q, P: q.learn + q.cycle + q.load / P  # noqa: E731
-    o_step = costs.step - micro_step(ref) + extra_step
-    o_update = costs.update - micro_update(ref, _calibrated_publish_every(job)) + extra_update
+    o_step = costs.step - _micro_step(ref, n) + extra_step
+    o_update = costs.update - _micro_update(ref, _calibrated_publish_every(job)) + extra_update
     step_terms = [Term("actor inference", p.inference / n, p.spreads["inference"]), Term("env step", p.env / n, p.spreads["env"]),
                   Term("replay add", p.add_step / n), Term("actor loop", o_step, costs.step_spread)]
     update_terms = [Term("learner update", p.learn / k, costs.update_spread),
                     Term("replay sample+priorities", p.cycle / k, p.spreads["cycle"]),
                     Term("weights publish", p.load / every / k), Term("learner loop", o_update / k, costs.update_spread)]
     # a calibration can say the loop costs less than its parts measured alone; never below half of them
-    step = max(0.5 * micro_step(p), sum(t.us for t in step_terms))
-    update = max(0.5 * micro_update(p, every), k * sum(t.us for t in update_terms))
+    step = max(0.5 * _micro_step(p, n), sum(t.us for t in step_terms))
+    update = max(0.5 * _micro_update(p, every), k * sum(t.us for t in update_terms))
     per_step = step + update / k
     x = 1e6 / per_step
     terms = step_terms + update_terms

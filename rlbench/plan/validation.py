@@ -6,7 +6,8 @@ after learning_starts and the rate limiter's slack, the least-squares rate throu
 that ended there, with the spread of its stretches), against the model's steady prediction. Each
 run lasts its warm-up plus `seconds` of steady window at the predicted rate (a wall-clock cap
 stops one that is far slower than predicted; its window is then what it ran). `repeats` runs per
-mapping with different seeds give the median and, with the windows' own spread, the spread.
+mapping with different seeds (one more while they disagree by more than AGREEMENT) give the median
+and, with the windows' own spread, the spread: how far the measurement itself can be trusted.
 Offline tabular learning: updates/s of `fit_offline` (its own timed span, dataset loading excluded;
 the median of OFFLINE_REPEATS runs), predicted as what runs here; a backend's modelled hardware
 time is printed beside it and never validated (no hardware here).
@@ -32,7 +33,9 @@ from rlbench.plan.model import Mapping, Prediction, warm_up_steps, with_actors
 from rlbench.plan.planner import Plan, Row, learner_gains
 
 OFFLINE_REPEATS = 5
-DEFAULT_SECONDS = 5.0  # steady window of a validation run, at the predicted rate
+DEFAULT_SECONDS = 4.0  # steady window of a validation run, at the predicted rate
+DEFAULT_REPEATS = 2  # runs per mapping (seeds seed, seed + 1); one more while they disagree by more than
+AGREEMENT = 0.10  # (max - min) / median
 CAP_FACTOR = 12  # a run is stopped after this many times its planned duration (60 s at least)
 
 
@@ -68,9 +71,10 @@ def budget(plan: Plan, mapping: Mapping, prediction: Prediction, seconds: float)
 
 
 def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
-              repeats: int = 1, steps: int | None = None, kind: str = "top") -> Check:
-    """Run one mapping `repeats` times (seeds seed, seed + 1, ...): a replay-loop job for its warm-up
-    plus `seconds` of steady window (or `steps`), an offline one OFFLINE_REPEATS times per repeat."""
+              repeats: int = DEFAULT_REPEATS, steps: int | None = None, kind: str = "top") -> Check:
+    """Run one mapping `repeats` times (seeds seed, seed + 1, ...; one more while they disagree): a
+    replay-loop job for its warm-up plus `seconds` of steady window (or `steps`); an offline one
+    OFFLINE_REPEATS times."""
     import rlbench
 
     mapping, prediction = row.mapping, row.prediction
@@ -81,8 +85,10 @@ def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAUL
     steps = steps or planned
     cap = max(60.0, CAP_FACTOR * seconds)
     windows: list[measure.Steady] = []
-    for repeat in range(repeats):
-        result = rlbench.run(mapping.config(steps=steps, seconds=cap, eval_episodes=0, seed=seed + repeat))
+    runs = 0
+    while runs < repeats or (runs == repeats and _disagree(windows)):
+        result = rlbench.run(mapping.config(steps=steps, seconds=cap, eval_episodes=0, seed=seed + runs))
+        runs += 1
         check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
         check.steps = result["throughput"]["env_steps"]
         check.machine = result.get("machine_state") or {}
@@ -104,6 +110,11 @@ def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAUL
     check.window_s = middle.seconds
     check.measured_updates_per_s = check.measured / plan.schedule.train_every
     return check
+
+
+def _disagree(windows: list[measure.Steady]) -> bool:
+    """Two or more runs whose rates spread more than AGREEMENT: one more run tells which is off."""
+    return len(windows) >= 2 and measure.combine([w.rate for w in windows])[1] > AGREEMENT / 2
 
 
 def _run_offline(check: Check, seed: int) -> Check:
@@ -168,7 +179,7 @@ def holdout_rows(plan: Plan, profile: dict[str, Any], n: int, *, seed: int = 0,
 
 
 def validate(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
-             repeats: int = 1, progress: Callable[[str], None] = lambda line: None) -> list[Check]:
+             repeats: int = DEFAULT_REPEATS, progress: Callable[[str], None] = lambda line: None) -> list[Check]:
     """Run each (row, rank, kind) and set measured beside predicted."""
     checks = []
     for row, rank, kind in rows:
@@ -235,7 +246,7 @@ class GainCheck:
         return (1 + self.measured_gain) / (1 + self.predicted_gain) - 1
 
 
-def first_choice_check(plan: Plan, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, repeats: int = 1,
+def first_choice_check(plan: Plan, *, seconds: float = DEFAULT_SECONDS, seed: int = 0, repeats: int = DEFAULT_REPEATS,
                        progress: Callable[[str], None] = lambda line: None) -> GainCheck | str:
     """Run the first choice and the default for the same env steps and seeds; or why not (a str)."""
     if plan.offline:
@@ -288,7 +299,7 @@ def policy_check(plan: Plan, learners: int, *, steps: int | None = None, seed: i
     return GainCheck(checks[0], checks[1], f"{learners} data-parallel learners over one", unit="updates/s")
 
 
-def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: float, seed: int = 0,
+def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: float, seed: int = 0, repeats: int = 1,
                  progress: Callable[[str], None] = lambda line: None) -> list[Check]:
     """Run `mapping`'s family at 1..max_actors actors: predicted beside measured."""
     by_actors = {row.mapping.actors: row for row in plan.rows if row.mapping.family == mapping.family}
@@ -297,7 +308,7 @@ def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: floa
         row = by_actors.get(actors)
         if row is None:
             continue
-        check = run_check(plan, row, row.rank, seconds=seconds, seed=seed)
+        check = run_check(plan, row, row.rank, seconds=seconds, seed=seed, repeats=repeats)
         progress(f"{with_actors(mapping, actors).label()}: predicted {_rate(check.predicted)}, "
                  f"measured {_rate(check.measured)}")
         checks.append(check)
