@@ -170,6 +170,7 @@ def exit_code(result: dict[str, Any]) -> int:
 
 RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "num_envs", "steps", "seconds",
               "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "actor_restarts", "checkpoint_every", "checkpoint_dir", "launcher", "ray_address", "bind")
+RUN_FIELDS += ("placement_strategy",)  # --launcher ray's placement group
 
 
 def _run_command() -> click.Command:
@@ -230,6 +231,10 @@ def _run_command() -> click.Command:
         click.Option(["--place"], multiple=True, metavar="ROLE=NODE[,NODE]",
                      help="--launcher ray: where a role runs (replay, learner, actors): a node IP, node id or "
                           "custom resource (repeatable)."),
+        click.Option(["--placement-strategy"], default=default.placement_strategy,
+                     metavar="pack|spread|strict-pack|strict-spread",
+                     help="--launcher ray: reserve the run's roles as bundles of one Ray placement group, placed "
+                          "with Ray's strategy (pack: as few nodes as fit; spread: across nodes); removed at the end."),
         click.Option(["--bind"], default=default.bind, metavar="HOST",
                      help="Address the replay node listens on [default: loopback locally, the node's own IP on Ray]."),
         click.Option(["--hp"], multiple=True, metavar="KEY=VALUE", help="Override a hyperparameter (repeatable)."),
@@ -324,6 +329,7 @@ def _assemble_run(kw: dict[str, Any], plugin_options: dict[str, Any]) -> Any:
 RESUME_FLAGS = {"resume": "--resume", "launcher": "--launcher", "ray_address": "--ray-address", "place": "--place",
                 "bind": "--bind", "checkpoint_every": "--checkpoint-every", "out": "--out", "no_out": "--no-out",
                 "as_json": "--json"}
+RESUME_FLAGS["placement_strategy"] = "--placement-strategy"  # where its roles run, as --place
 
 
 def _resumed_run(kw: dict[str, Any], given: set[str], plugin_options: dict[str, Any]) -> Any:
@@ -338,6 +344,7 @@ def _resumed_run(kw: dict[str, Any], given: set[str], plugin_options: dict[str, 
     return resumed_config(kw["resume"], launcher=kw["launcher"], ray_address=kw["ray_address"],
                           place=_parse_place(kw["place"]) or None, bind=kw["bind"],
                           checkpoint_every=kw["checkpoint_every"] if "checkpoint_every" in given else None,
+                          placement_strategy=kw["placement_strategy"],
                           out=None if kw["no_out"] else kw["out"])
 
 

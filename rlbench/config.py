@@ -66,6 +66,7 @@ class RunConfig:
     launcher: str = "local"  # what starts a distributed run's roles: "local" processes, or "ray" (a Ray cluster)
     ray_address: str | None = None  # --launcher ray: "auto", "HOST:PORT", or None to start Ray for the run
     place: dict[str, Any] = field(default_factory=dict)  # role -> node(s): {"replay": N, "learner": N, "actors": [N, ...]}
+    placement_strategy: str | None = None  # --launcher ray: pack, spread, strict-pack or strict-spread: the roles as one placement group's bundles
     bind: str | None = None  # the address server roles listen on (default: loopback, or the node's own address on Ray)
     hyperparameters: dict[str, Any] = field(default_factory=dict)  # overrides of the algorithm's Config
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> plugin options of the chosen component
@@ -82,6 +83,7 @@ RUN_FLAGS = frozenset({
     "--learners", "--actors",
     "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes", "--eval-every",
     "--on-actor-failure", "--actor-restarts", "--checkpoint-every", "--checkpoint-dir", "--resume", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
+    "--placement-strategy",
     "--help",
 })
 

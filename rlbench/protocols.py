@@ -19,6 +19,9 @@ KINDS = ("transport", "replay", "compute", "environment", "algorithm", "policy")
 PLACEMENTS = ("local", "server", "in-network")
 LAUNCHERS = ("local", "ray")
 PLACEABLE_ROLES = ("replay", "learner", "actors")
+# --launcher ray --placement-strategy: the run's roles as bundles of one Ray placement group, placed
+# with Ray's strategy of that name (pack -> PACK, strict-spread -> STRICT_SPREAD)
+PLACEMENT_STRATEGIES = ("pack", "spread", "strict-pack", "strict-spread")
 
 
 # --------------------------------------------------------------------------------------------

@@ -423,6 +423,14 @@ def _launcher_lines(result: dict[str, Any]) -> list[str]:
     startup = launcher.get("startup_s")
     lines = [f"  launcher {launcher['name']} {launcher.get('ray_version') or ''} at {launcher.get('ray_address') or 'a Ray started for the run'}"
              + (f", start-up {_fmt(startup, 2)} s" if isinstance(startup, (int, float)) else "")]
+    group = launcher.get("placement_group")
+    if isinstance(group, dict):  # --placement-strategy: each bundle's roles and node
+        bundles = [b for b in group.get("bundles") or [] if isinstance(b, dict)]
+        lines.append(f"    placement group {group.get('strategy')} ({group.get('ray_strategy')}): {len(bundles)} bundles on "
+                     f"{group.get('nodes')} node(s), reserved in {_fmt(group.get('reserve_s'), 2)} s"
+                     f"{', removed' if group.get('removed') else ', NOT removed'}")
+        lines.append("      " + "  ".join(f"{b.get('index')}:{'/'.join(map(str, b.get('roles') or []))}@"
+                                          f"{str(b.get('node') or '-')[:12]}" for b in bundles))
     nodes = launcher.get("nodes") if isinstance(launcher.get("nodes"), dict) else {}
     for node_id, node in nodes.items():
         if not isinstance(node, dict):

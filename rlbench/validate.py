@@ -212,6 +212,30 @@ def _check_launcher(config: RunConfig) -> None:
         raise InvalidCombinationError(f"--place {unknown[0]}=...: roles that can be placed are {', '.join(PLACEABLE_ROLES)}")
     if config.bind is not None and config.placement == "local":
         raise InvalidCombinationError("--bind is for the replay node of a distributed run (--placement server or in-network)")
+    _check_placement_strategy(config)
+
+
+def _check_placement_strategy(config: RunConfig) -> None:
+    """--placement-strategy: a known Ray strategy, for --launcher ray, and not with --place actors (both
+    would say where the actors go)."""
+    import difflib
+
+    from rlbench.protocols import PLACEMENT_STRATEGIES
+
+    strategy = config.placement_strategy
+    if strategy is None:
+        return
+    if strategy not in PLACEMENT_STRATEGIES:
+        close = difflib.get_close_matches(str(strategy).lower().replace("_", "-"), PLACEMENT_STRATEGIES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InvalidCombinationError(f"unknown --placement-strategy {strategy!r}; {hint}choose one of "
+                                      f"{', '.join(PLACEMENT_STRATEGIES)}")
+    if config.launcher != "ray":
+        raise InvalidCombinationError(f"--placement-strategy {strategy} reserves the run's roles as bundles of a Ray "
+                                      f"placement group; it is for --launcher ray, not --launcher {config.launcher}")
+    if "actors" in config.place:
+        raise InvalidCombinationError(f"--placement-strategy {strategy} places the actors in the run's placement group; "
+                                      "drop --place actors=... (--place replay=... and learner=... pin their bundles)")
 
 
 def check_hosts(plan: Plan, registry: Registry, hosts: list[str], unreachable: str = "") -> None:

@@ -48,6 +48,8 @@ def test_info_is_a_fingerprint():
     (["run", "--out", "README.md/results"], "--out README.md/results: cannot write a result there"),
     (["run", "--config", "a.toml", "--plan", "b.toml"], "give --config or --plan, not both"),
     (["run", "--algo", "sarsa", "--env", "Taxi-v3", "--replay", "uniform"], "drop --replay uniform"),
+    (["run", "--transport", "tcp", "--placement-strategy", "spread"], "it is for --launcher ray, not --launcher local"),
+    (["run", "--launcher", "ray", "--transport", "tcp", "--placement-strategy", "sprad"], "did you mean 'spread'?"),
     (["show", "no-such-result.json"], "no such result file"),
     (["lst"], "did you mean 'list'?"),
     (["bench", "nothing"], "No such command 'nothing'"),

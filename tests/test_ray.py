@@ -176,6 +176,132 @@ def test_impossible_placements_are_refused_before_anything_starts(cluster):
         plan_placement(ray_config(cluster), plan, alive_nodes(ray))
 
 
+# ------------------------------------------------------------- placement groups (--placement-strategy)
+@pytest.mark.parametrize("strategy", ["spread", "pack"])
+def test_a_placement_strategy_reserves_the_roles_as_bundles_of_one_group_removed_after_the_run(cluster, strategy):
+    """Issue #24 item 4: every role a bundle of one placement group; --place pins the replay node's and
+    the learner's bundles to rlb_a (its two CPUs), the actors' are Ray's to place: spread puts them on
+    two nodes, pack on one (both fit there). The group is removed when the run ends."""
+    import ray
+
+    from rlbench.results import render
+
+    result = run(ray_config(cluster, steps=600, placement_strategy=strategy, place={"replay": "rlb_a", "learner": "rlb_a"}))
+    assert result["status"] == "complete", result["status_reason"]
+    assert result["accounting"]["balanced"] and result["accounting"]["produced"] >= 600
+    roles = result["loop"]["roles"]
+    pinned = node_of_resource("rlb_a")
+    assert roles["replay"]["node"] == roles["learner"]["node"] == pinned
+    actors = {roles["actor-0"]["node"], roles["actor-1"]["node"]}
+    assert pinned not in actors and len(actors) == (2 if strategy == "spread" else 1), actors
+    group = result["loop"]["launcher"]["placement_group"]
+    assert (group["strategy"], group["ray_strategy"], group["removed"]) == (strategy, strategy.upper(), True)
+    assert [b["roles"] for b in group["bundles"]] == [["replay"], ["learner"], ["actor-0"], ["actor-1"]]
+    for bundle in group["bundles"]:  # where each bundle landed is where its role's process said it ran
+        assert bundle["resources"] == {"CPU": 1.0}
+        assert roles[bundle["roles"][0]]["node"] == bundle["node"] and roles[bundle["roles"][0]]["bundle"] == bundle["index"]
+    assert [b.get("label_selector") for b in group["bundles"]] == [{"ray.io/node-id": pinned}] * 2 + [None] * 2
+    assert ray.util.placement_group_table()[group["id"]]["state"] == "REMOVED"
+    assert f"placement group {strategy} ({strategy.upper()}): 4 bundles on {3 if strategy == 'spread' else 2} node(s)" \
+        in render(result)
+
+
+def test_an_actor_replaced_in_a_placement_group_goes_into_the_dead_actors_bundle(cluster):
+    import ray
+
+    killed: list[str] = []
+
+    def kill_actor_0() -> None:
+        _replay_address(ray, deadline=time.monotonic() + 90)  # the run is under way
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["name"].startswith("rlbench-") and actor["name"].endswith("-actor-0"):
+                ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+                killed.append(actor["name"])
+
+    killer = threading.Thread(target=kill_actor_0)
+    killer.start()
+    try:
+        result = run(ray_config(cluster, steps=3000, actor_restarts=1, placement_strategy="spread"))
+    finally:
+        killer.join(120)
+    assert killed, "actor-0 was never seen running"
+    assert result["status"] == "complete", result["status_reason"]
+    assert [(i["slot"], i["died"], i["replaced_by"]) for i in result["loop"]["actor_incarnations"]] == \
+        [("actor-0", "actor-0", "actor-2")]
+    roles = result["loop"]["roles"]
+    bundle = result["loop"]["launcher"]["placement_group"]["bundles"][2]
+    assert bundle["roles"] == ["actor-0", "actor-2"]
+    assert roles["actor-2"]["bundle"] == roles["actor-0"]["bundle"] == 2
+    assert roles["actor-2"]["node"] == roles["actor-0"]["node"] == bundle["node"]
+    assert roles["actor-2"]["produced"] > 0 and result["accounting"]["balanced"]
+
+
+def test_a_run_stopped_by_a_second_ctrl_c_still_removes_its_placement_group(cluster, monkeypatch):
+    import os
+    import signal
+
+    import ray
+
+    from rlbench.runtime.launchers.ray import RayLauncher
+
+    stop_all = RayLauncher.stop_all  # the replay node, never told to shut down, gets 1 s, not GRACE_S
+    monkeypatch.setattr(RayLauncher, "stop_all", lambda self, grace=1.0: stop_all(self, grace))
+    before = set(ray.util.placement_group_table())
+
+    def interrupt_twice() -> None:
+        _replay_address(ray, deadline=time.monotonic() + 90)
+        for _ in range(2):  # the first stops the run in order, the second at once
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_twice)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):  # runner.SignalInterrupt, or Ray's own when it lands in a Ray call
+            run(ray_config(cluster, steps=200_000, actors=1, placement_strategy="pack"))
+    finally:
+        interrupter.join(120)
+    ours = [g for pid, g in ray.util.placement_group_table().items() if pid not in before]
+    assert [(g["name"].startswith("rlbench-"), g["state"]) for g in ours] == [(True, "REMOVED")]
+
+
+def test_a_placement_group_that_cannot_be_placed_is_refused_before_anything_starts(cluster, monkeypatch):
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from rlbench.errors import RlbenchError
+    from rlbench.runtime.launchers import ray as ray_launcher
+
+    def started() -> list[str]:
+        return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("rlbench-")]
+
+    before = set(ray.util.placement_group_table())
+    with pytest.raises(InvalidCombinationError, match=r"\(PACK: 7 bundles, 1 CPU each for replay, learner, "
+                                                      r"actor-0..actor-4\) needs 7 CPUs, but the cluster's 3 alive "
+                                                      r"node\(s\) have 6: run fewer --actors"):
+        run(ray_config(cluster, actors=5, placement_strategy="pack"))
+    with pytest.raises(InvalidCombinationError, match=r"needs 4 nodes, one per bundle, and the cluster has 3"):
+        run(ray_config(cluster, placement_strategy="strict-spread"))
+    with pytest.raises(InvalidCombinationError, match=r"needs one node with 4 CPUs, and the largest, node .* has 2: "
+                                                      r"use --placement-strategy pack"):
+        run(ray_config(cluster, placement_strategy="strict-pack"))
+    assert set(ray.util.placement_group_table()) == before  # refused from the cluster's totals: no group made
+    # It fits the cluster, but another job holds 4 of its 6 CPUs: not placed in time, removed, refused.
+    monkeypatch.setattr(ray_launcher, "GROUP_TIMEOUT_S", 2.0)
+    other = placement_group([{"CPU": 2}, {"CPU": 2}], strategy="STRICT_SPREAD")
+    assert other.wait(30)
+    try:
+        with pytest.raises(RlbenchError, match=r"\(SPREAD: 4 bundles, 4 CPUs\) was not placed within 2 s: 2 CPUs "
+                                               r"free in the cluster \(node .*: 0 of 2 free.*\), other jobs hold the "
+                                               r"rest; nothing of the run was started"):
+            run(ray_config(cluster, placement_strategy="spread"))
+        assert not started()
+        ours = [g for pid, g in ray.util.placement_group_table().items() if pid not in before and g["name"].startswith("rlbench-")]
+        assert len(ours) == 1 and ours[0]["state"] == "REMOVED"
+    finally:
+        remove_placement_group(other)
+
+
 def test_a_transport_that_stays_on_one_host_is_refused_across_hosts():
     from rlbench.plugins import get_registry
     from rlbench.runtime.launchers import listen_address

@@ -42,6 +42,10 @@ def registry():
     (RunConfig(actors=3), "placement local runs one actor"),
     (RunConfig(steps=0), "--steps must be at least 1"),
     (RunConfig(algo="qlearning", env="FrozenLake-v1", dataset=0), "--dataset must be at least 1"),
+    (RunConfig(placement="server", transport="tcp", launcher="ray", placement_strategy="PACK"),
+     "unknown --placement-strategy 'PACK'; did you mean 'pack'? choose one of pack, spread, strict-pack, strict-spread"),
+    (RunConfig(placement="server", transport="tcp", launcher="ray", placement_strategy="spread", place={"actors": ["a"]}),
+     "drop --place actors=..."),
 ])
 def test_refused_with_what_would_work(registry, config, message):
     with pytest.raises(InvalidCombinationError) as info:

@@ -191,7 +191,7 @@ def _checkpoints(config: Any, budget: Budget) -> tuple[str, int]:
 
 
 # What a resumed run takes from its own command line, not from the run it continues.
-RESUME_OWN = ("resume", "launcher", "ray_address", "place", "bind", "out")
+RESUME_OWN = ("resume", "launcher", "ray_address", "place", "placement_strategy", "bind", "out")
 
 
 def run_layout(config: Any, plan: Any) -> transitions.Layout:

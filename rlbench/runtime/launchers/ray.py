@@ -15,6 +15,16 @@ are refused naming the node and what it lacks (CPUs, a GPU, a component its own 
 missing), and a transport that cannot link the hosts involved is refused (`validate.check_hosts`).
 Each role's actor is started and answers where it is before any role starts.
 
+With `--placement-strategy pack|spread|strict-pack|strict-spread` (`RoleGroup`) the roles are instead
+bundles of one Ray placement group ({"CPU": 1} each, the learner's with its GPU), in start order
+(replay, learners, actors), reserved at once with Ray's strategy of that name: a group the cluster
+cannot hold is refused from its totals before it is created, and one not placed within
+GROUP_TIMEOUT_S (CPUs taken by other jobs) is removed and refused naming each node's free CPUs. A
+role named by `--place` (replay, learner; `--place actors` is refused with a strategy) keeps its
+node: its bundle carries a label selector on that node's id. Each role's actor runs in its bundle; an
+actor's replacement (--actor-restarts) goes into the dead actor's bundle; the group is removed when
+the run ends, whatever ends it (and Ray removes it with the driver if the driver dies first).
+
 Ray is imported here only, so `import rlbench`, `rlbench list` and local runs never load it.
 """
 
@@ -52,6 +62,8 @@ from rlbench.runtime.policies import policy_of
 
 ROLE_CPUS = 1.0  # logical CPUs each role asks of its node
 PLACE_TIMEOUT_S = 60.0  # for a role's actor to start on its node
+GROUP_TIMEOUT_S = 30.0  # for the run's placement group (--placement-strategy) to be reserved
+RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict-pack": "STRICT_PACK", "strict-spread": "STRICT_SPREAD"}
 STOP_CONFIRM_S = 10.0  # after ray.kill, how long to wait for each actor's process to be gone
 LOST_EXIT = -int(signal.SIGKILL)  # a role whose process or node was lost has no exit code of its own
 
@@ -78,8 +90,15 @@ def role_demands(config: Any, plan: Any) -> dict[str, Demand]:
     return demands
 
 
-def plan_placement(config: Any, plan: Any, nodes: list[Node]) -> dict[str, Node]:
-    """Each role's node, or InvalidCombinationError naming the node and what it lacks."""
+def roles_placed_by(key: str, demands: dict[str, Demand]) -> list[str]:
+    """The roles `--place KEY=...` names: actors (actor-i), a policy's learners (learner, learner-i), or one."""
+    return ([r for r in demands if r.startswith("actor-")] if key == "actors" else
+            [r for r in demands if r == "learner" or r.startswith("learner-")] if key == "learner" else [key])
+
+
+def plan_placement(config: Any, plan: Any, nodes: list[Node], capacity: bool = True) -> dict[str, Node]:
+    """Each role's node, or InvalidCombinationError naming the node and what it lacks (`capacity`:
+    also each node's CPUs and GPUs against the roles put there; a placement group checks its own)."""
     if not nodes:
         raise RlbenchError("the Ray cluster has no alive node")
     demands = role_demands(config, plan)
@@ -88,8 +107,7 @@ def plan_placement(config: Any, plan: Any, nodes: list[Node]) -> dict[str, Node]
         names = value if isinstance(value, (list, tuple)) else [value]
         # several roles share a key: actors (actor-i), and a policy's learners (learner, learner-i) go
         # round the listed nodes in order: one node packs them, several spread them
-        roles = ([r for r in demands if r.startswith("actor-")] if key == "actors" else
-                 [r for r in demands if r == "learner" or r.startswith("learner-")] if key == "learner" else [key])
+        roles = roles_placed_by(key, demands)
         pools = []
         for name in names:
             pool = match_nodes(name, nodes)
@@ -116,7 +134,8 @@ def plan_placement(config: Any, plan: Any, nodes: list[Node]) -> dict[str, Node]
         placement[role] = chosen
         load[chosen.node_id] += 1
         cpus_left[chosen.node_id] -= demand.cpus
-    _check_capacity(placement, demands)
+    if capacity:
+        _check_capacity(placement, demands)
     return {role: placement[role] for role in demands}
 
 
@@ -134,6 +153,176 @@ def _check_capacity(placement: dict[str, Node], demands: dict[str, Demand]) -> N
                     f"{node} has {have:g} {resource}s, but the roles placed there need {need:g} ({', '.join(roles)}, "
                     f"{ROLE_CPUS:g} CPU each{', the learner 1 GPU' if resource == 'GPU' else ''}): place some "
                     "elsewhere with --place, or add nodes")
+
+
+# ------------------------------------------------------------------- placement group (--placement-strategy)
+def check_group(strategy: str, demands: dict[str, Demand], placement: dict[str, Node], pinned: list[str],
+                nodes: list[Node]) -> None:
+    """Refuse, from the cluster's totals, a placement group it can never hold (Ray would keep it
+    pending): more CPUs or GPUs than the alive nodes have, roles --place pins beyond their node's
+    CPUs, a strict-pack group no node holds, a strict-spread group with more bundles than nodes."""
+    ray_strategy = RAY_STRATEGIES[strategy]
+    cpus, gpus = sum(d.cpus for d in demands.values()), sum(d.gpus for d in demands.values())
+    what = (f"the placement group ({ray_strategy}: {len(demands)} bundles, {ROLE_CPUS:g} CPU each for "
+            f"{_listed(list(demands))}{', the learner 1 GPU' if gpus else ''})")
+    have_cpus, have_gpus = sum(n.cpus for n in nodes), sum(n.gpus for n in nodes)
+    if cpus > have_cpus:
+        raise InvalidCombinationError(f"{what} needs {cpus:g} CPUs, but the cluster's {len(nodes)} alive node(s) "
+                                      f"have {have_cpus:g}: run fewer --actors, or add nodes")
+    if gpus > have_gpus:
+        raise InvalidCombinationError(f"{what} needs {gpus:g} GPUs, but the cluster's {len(nodes)} alive node(s) "
+                                      f"have {have_gpus:g}")
+    _check_capacity({role: placement[role] for role in pinned}, demands)
+    pinned_nodes = {placement[role].node_id for role in pinned}
+    if strategy == "strict-pack":
+        if len(pinned_nodes) > 1:
+            raise InvalidCombinationError(f"{what} is on one node, but --place pins roles to {len(pinned_nodes)} nodes; "
+                                          "use --placement-strategy pack")
+        candidates = [n for n in nodes if not pinned_nodes or n.node_id in pinned_nodes]
+        if not any(n.cpus >= cpus and n.gpus >= gpus for n in candidates):
+            largest = max(candidates, key=lambda n: n.cpus)
+            raise InvalidCombinationError(f"{what} needs one node with {cpus:g} CPUs{f' and {gpus:g} GPUs' if gpus else ''}, "
+                                          f"and {'the one --place pins roles to' if pinned_nodes else 'the largest'}, "
+                                          f"{largest}, has {largest.cpus:g}{f' and {largest.gpus:g} GPUs' if gpus else ''}: "
+                                          "use --placement-strategy pack")
+    if strategy == "strict-spread":
+        usable = [n for n in nodes if n.cpus >= ROLE_CPUS]
+        if len(demands) > len(usable):
+            raise InvalidCombinationError(f"{what} needs {len(demands)} nodes, one per bundle, and the cluster has "
+                                          f"{len(usable)} with a CPU: use --placement-strategy spread, or run fewer --actors")
+        if len(pinned_nodes) < len(pinned):
+            raise InvalidCombinationError(f"{what} puts each bundle on its own node, but --place pins "
+                                          f"{_listed(pinned)} to {len(pinned_nodes)} node(s)")
+
+
+def _listed(roles: list[str]) -> str:
+    """replay, learner, actor-0..actor-7 (a run's many actors in one word)."""
+    actors = [r for r in roles if r.startswith("actor-")]
+    rest = [r for r in roles if not r.startswith("actor-")]
+    if len(actors) > 2:
+        rest.append(f"{actors[0]}..{actors[-1]}")
+    else:
+        rest += actors
+    return ", ".join(rest)
+
+
+class RoleGroup:
+    """The run's roles as the bundles of one Ray placement group: bundle i is the i-th role in start
+    order; a role pinned by --place (or an actor of a CUDA run, which needs a GPU node) carries a
+    label selector on node ids. A replacement takes over its dead actor's bundle (RayLauncher._in_bundle)."""
+
+    def __init__(self, ray: Any, strategy: str, name: str, demands: dict[str, Demand], selectors: dict[str, dict[str, str]]):
+        from ray.util.placement_group import placement_group
+
+        self.ray = ray
+        self.strategy = strategy
+        self.name = name
+        self.bundles = [{"CPU": d.cpus, **({"GPU": d.gpus} if d.gpus else {})} for d in demands.values()]
+        self.index: dict[str, int] = {role: i for i, role in enumerate(demands)}  # every role ever in a bundle
+        self.selectors = [selectors.get(role, {}) for role in demands]
+        self.landed: dict[int, Node] = {}  # where each bundle was reserved
+        self.final: dict[int, str] = {}  # each bundle's node when the group was removed
+        self.ready_s: float | None = None
+        self.removed = False
+        self.pg = placement_group(self.bundles, strategy=RAY_STRATEGIES[strategy], name=name,
+                                  bundle_label_selector=self.selectors if any(self.selectors) else None)
+
+    @classmethod
+    def reserve(cls, ray: Any, config: Any, demands: dict[str, Demand], placement: dict[str, Node],
+                nodes: list[Node], name: str) -> "RoleGroup":
+        """Check, create and wait for the run's group; its roles' nodes are then `placement()`."""
+        from ray.util.placement_group import NODE_ID_LABEL_KEY
+
+        pinned = [role for key in (config.place or {}) for role in roles_placed_by(key, demands)]
+        check_group(config.placement_strategy, demands, placement, pinned, nodes)
+        gpu_nodes = sorted(n.node_id for n in nodes if n.gpus > 0)
+        selectors = {role: {NODE_ID_LABEL_KEY: placement[role].node_id} for role in pinned}
+        for role, demand in demands.items():  # a role that shares a GPU node's device without asking a GPU of it
+            if role not in selectors and demand.needs_gpu_node and not demand.gpus:
+                selectors[role] = {NODE_ID_LABEL_KEY: f"in({','.join(gpu_nodes)})"}
+        started = time.perf_counter()
+        group = cls(ray, config.placement_strategy, name, demands, selectors)
+        try:
+            if not group.pg.wait(GROUP_TIMEOUT_S):
+                raise RlbenchError(group.unplaced(nodes))
+            group.ready_s = time.perf_counter() - started
+            by_id = {n.node_id: n for n in alive_nodes(ray)}
+            for index, node_id in group.bundle_nodes().items():
+                if node_id not in by_id:
+                    raise RlbenchError(f"bundle {index} of {group.name} was reserved on node {node_id[:12]}, which is "
+                                       "no longer alive")
+                group.landed[index] = by_id[node_id]
+        except BaseException:
+            group.remove()
+            raise
+        return group
+
+    def placement(self) -> dict[str, Node]:
+        return {role: self.landed[index] for role, index in self.index.items()}
+
+    def bundle_nodes(self) -> dict[int, str]:
+        from ray.util.placement_group import placement_group_table
+
+        table = placement_group_table(self.pg)
+        return {int(index): node_id for index, node_id in (table.get("bundles_to_node_id") or {}).items() if node_id}
+
+    def unplaced(self, nodes: list[Node]) -> str:
+        """Why the group is still pending: the CPUs it needs against each node's free ones now."""
+        cpus = sum(bundle["CPU"] for bundle in self.bundles)
+        try:
+            free = self.ray._private.state.state.available_resources_per_node()
+        except Exception:  # a private API: without it, the cluster's totals
+            free = {}
+        per_node = "; ".join(f"{n}: {free.get(n.node_id, {}).get('CPU', 0.0):g} of {n.cpus:g} free" for n in nodes)
+        total = self.ray.available_resources().get("CPU", 0.0)
+        pinned = [f"bundle {i} on {s}" for i, s in enumerate(self.selectors) if s]
+        return (f"the placement group {self.name} ({RAY_STRATEGIES[self.strategy]}: {len(self.bundles)} bundles, "
+                f"{cpus:g} CPUs{'; pinned: ' + ', '.join(pinned) if pinned else ''}) was not placed within "
+                f"{GROUP_TIMEOUT_S:.0f} s: {total:g} CPUs free in the cluster ({per_node or 'no alive node'}), "
+                "other jobs hold the rest; nothing of the run was started")
+
+    def free_bundle(self, roles: dict[str, "RayRole"], prefer: str | None) -> tuple[int, str] | None:
+        """An actor's bundle whose latest holder has ended: `prefer`'s (the actor just reported dead)."""
+        holder: dict[int, str] = {}
+        for role, index in self.index.items():  # in order: a bundle's latest holder comes last
+            holder[index] = role
+        free = [(index, role) for index, role in holder.items()
+                if role.startswith("actor-") and role in roles and not roles[role].is_alive()]
+        return next((pair for pair in free if pair[1] == prefer), free[0] if free else None)
+
+    def remove(self) -> None:
+        """Remove the group (idempotent), noting where each bundle was last; Ray gone: nothing to do."""
+        if self.removed:
+            return
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            self.final = self.bundle_nodes()
+        except Exception:
+            pass
+        try:
+            remove_placement_group(self.pg)
+            self.removed = True
+        except Exception:  # Ray already shut down: the group went with the driver
+            pass
+
+    def describe(self) -> dict[str, Any]:
+        holders: dict[int, list[str]] = {}
+        for role, index in self.index.items():
+            holders.setdefault(index, []).append(role)
+        bundles = []
+        for index, resources in enumerate(self.bundles):
+            node = self.landed.get(index)
+            entry = {"index": index, "resources": resources, "roles": holders.get(index, []),
+                     "node": node.node_id if node else None, "host": node.ip if node else None}
+            if self.selectors[index]:
+                entry["label_selector"] = self.selectors[index]
+            if node is not None and self.final.get(index, node.node_id) != node.node_id:
+                entry["rescheduled_to"] = self.final[index]  # its node was lost; Ray placed it again
+            bundles.append(entry)
+        return {"strategy": self.strategy, "ray_strategy": RAY_STRATEGIES[self.strategy], "name": self.name,
+                "id": self.pg.id.hex(), "reserve_s": self.ready_s, "removed": self.removed,
+                "nodes": len({b["node"] for b in bundles if b["node"]}), "bundles": bundles}
 
 
 # ----------------------------------------------------------------------------- in the role's process
@@ -248,6 +437,8 @@ class RayLauncher:
     ready_s: float | None = None  # from connecting until every role's process answered
     running_s: float | None = None  # ... until every role had been started
     run_tag: str = ""  # the run's role actors are named rlbench-<tag>-<role>
+    group: RoleGroup | None = None  # --placement-strategy: the roles' placement group
+    last_failed: str | None = None  # the role failure_of was last asked about (a replacement takes its bundle)
 
     @classmethod
     def prepare(cls, config: Any, plan: Any, transport: Any,
@@ -262,8 +453,14 @@ class RayLauncher:
         demands = role_demands(config, plan)
         connected_here = connect(ray, config.ray_address, len(demands))
         roles: dict[str, RayRole] = {}
+        group: RoleGroup | None = None
+        run_tag = secrets.token_hex(4)
         try:
-            placement = plan_placement(config, plan, alive_nodes(ray))
+            nodes = alive_nodes(ray)
+            placement = plan_placement(config, plan, nodes, capacity=not config.placement_strategy)
+            if config.placement_strategy:  # reserved at once, before any role's actor starts
+                group = RoleGroup.reserve(ray, config, demands, placement, nodes, f"rlbench-{run_tag}")
+                placement = group.placement()
             driver = {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address()}
             hosts = [node.ip for node in placement.values()] + [driver["ip"]]
             unreachable = ""
@@ -273,16 +470,18 @@ class RayLauncher:
                 except AddressError as exc:
                     unreachable = one_line(exc)
             check_hosts(plan, get_registry(), hosts, unreachable)
-            run_tag = secrets.token_hex(4)
             for role, node in placement.items():
-                roles[role] = _role_actor(ray, run_tag, role, node, demands[role])
+                bundle = (group.pg, group.index[role]) if group is not None else None
+                roles[role] = _role_actor(ray, run_tag, role, node, demands[role], bundle)
             launcher = cls(ray, config, transport, plan.transport.name, placement, roles, connected_here, driver,
-                           started, {**ROLE_FUNCTIONS, **(functions or {})}, run_tag=run_tag)
+                           started, {**ROLE_FUNCTIONS, **(functions or {})}, run_tag=run_tag, group=group)
             launcher._locate(plan)
             return launcher
         except BaseException:
             for role in roles.values():
                 role.kill()
+            if group is not None:
+                group.remove()
             if connected_here:
                 ray.shutdown()
             raise
@@ -316,7 +515,10 @@ class RayLauncher:
     # -- the Launcher protocol ---------------------------------------------------------------------
     def _replacement(self, name: str) -> RayRole:
         """An actor's next incarnation (--actor-restarts), not placed before the run: on the alive node
-        with the most CPUs its running roles leave free (its old node may be gone)."""
+        with the most CPUs its running roles leave free (its old node may be gone). In a placement group:
+        in the bundle of the actor that died (Ray places a lost node's bundles again)."""
+        if self.group is not None:
+            return self._in_bundle(name)
         nodes = alive_nodes(self.ray)
         if not nodes:
             raise RoleFailedError(f"{name}: no alive node left to run it on")
@@ -326,6 +528,19 @@ class RayLauncher:
                 used[role.node.node_id] = used.get(role.node.node_id, 0.0) + ROLE_CPUS
         node = max(nodes, key=lambda n: n.cpus - used.get(n.node_id, 0.0))
         role = self.roles[name] = _role_actor(self.ray, self.run_tag, name, node, Demand())
+        self.placement[name] = node
+        return role
+
+    def _in_bundle(self, name: str) -> RayRole:
+        found = self.group.free_bundle(self.roles, self.last_failed)
+        if found is None:
+            raise RoleFailedError(f"{name}: no bundle of the placement group {self.group.name} is free")
+        index, dead = found
+        self.roles[dead].kill()  # a role that raised leaves its process, which holds the bundle's CPU
+        by_id = {n.node_id: n for n in alive_nodes(self.ray)}
+        node = by_id.get(self.group.bundle_nodes().get(index, ""), self.roles[dead].node)
+        role = self.roles[name] = _role_actor(self.ray, self.run_tag, name, node, Demand(), (self.group.pg, index))
+        self.group.index[name] = index
         self.placement[name] = node
         return role
 
@@ -379,6 +594,7 @@ class RayLauncher:
             handle.process.is_alive()
 
     def failure_of(self, handle: RoleHandle) -> str:
+        self.last_failed = handle.name
         role: RayRole = handle.process
         role.is_alive()
         status, payload = role.outcome or ("", None)
@@ -388,7 +604,30 @@ class RayLauncher:
 
     def stop_all(self, grace: float = GRACE_S) -> None:
         """Roles still running after `grace` are killed; then every role's actor (a finished role's
-        process lives on until its actor goes), and each is confirmed gone."""
+        process lives on until its actor goes), and each is confirmed gone; then the placement group is
+        removed, however this ends (a second Ctrl-C included)."""
+        try:
+            self._stop_roles(grace)
+        finally:
+            if self.group is not None:
+                self.group.remove()
+                self._replacements_where_their_bundles_were()
+
+    def _replacements_where_their_bundles_were(self) -> None:
+        """A replacement started in a bundle whose node was lost ran where Ray placed that bundle again."""
+        moved = {name: self.group.final[index] for name, index in self.group.index.items()
+                 if name in self.roles and not self.roles[name].facts and index in self.group.final
+                 and self.group.final[index] != self.roles[name].node.node_id}
+        if moved:
+            try:
+                by_id = {n.node_id: n for n in alive_nodes(self.ray)}
+            except Exception:
+                return
+            for name, node_id in moved.items():
+                if node_id in by_id:
+                    self.roles[name].node = self.placement[name] = by_id[node_id]
+
+    def _stop_roles(self, grace: float) -> None:
         self.wait(self.handles, grace)
         alive = {node.node_id for node in alive_nodes(self.ray)}
         for role in self.roles.values():
@@ -404,6 +643,8 @@ class RayLauncher:
                 continue  # unanswered until the deadline: Ray finishes the kill on its own
 
     def close(self) -> None:
+        if self.group is not None:
+            self.group.remove()  # already, by stop_all
         if self.connected_here:
             self.ray.shutdown()
 
@@ -419,19 +660,28 @@ class RayLauncher:
             if "fingerprint" in facts:
                 entry["fingerprint"] = facts["fingerprint"]
             roles[name] = {"host": role.node.ip, "node": node_id}
-        return {"name": "ray", "ray_version": self.ray.__version__, "ray_address": self.config.ray_address,
-                "started_ray": self.connected_here and self.config.ray_address is None,
-                "driver": self.driver, "startup_s": self.running_s, "actors_ready_s": self.ready_s,
-                "hosts": sorted({n["ip"] for n in nodes.values()}), "nodes": nodes, "roles": roles}
+            if self.group is not None:
+                roles[name]["bundle"] = self.group.index.get(name)
+        described = {"name": "ray", "ray_version": self.ray.__version__, "ray_address": self.config.ray_address,
+                     "started_ray": self.connected_here and self.config.ray_address is None,
+                     "driver": self.driver, "startup_s": self.running_s, "actors_ready_s": self.ready_s,
+                     "hosts": sorted({n["ip"] for n in nodes.values()}), "nodes": nodes, "roles": roles}
+        if self.group is not None:
+            described["placement_group"] = self.group.describe()
+        return described
 
 
-def _role_actor(ray: Any, run_tag: str, role: str, node: Node, demand: Demand) -> RayRole:
-    """A role's Ray actor pinned to its node, its thread pools sized to its CPUs."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+def _role_actor(ray: Any, run_tag: str, role: str, node: Node, demand: Demand,
+                bundle: tuple[Any, int] | None = None) -> RayRole:
+    """A role's Ray actor pinned to its node, or in its bundle of the run's placement group (which
+    holds its node), its thread pools sized to its CPUs."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+    strategy = (PlacementGroupSchedulingStrategy(bundle[0], placement_group_bundle_index=bundle[1]) if bundle else
+                NodeAffinitySchedulingStrategy(node.node_id, soft=False))
     actor_class = ray.remote(max_concurrency=2, max_restarts=0)(RoleProcess)
     actor = actor_class.options(name=f"rlbench-{run_tag}-{role}", num_cpus=demand.cpus, num_gpus=demand.gpus,
-                                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                                scheduling_strategy=strategy,
                                 runtime_env={"env_vars": thread_environment(demand.cpus)}).remote()
     return RayRole(ray, actor, node)
 
