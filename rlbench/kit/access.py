@@ -11,7 +11,8 @@ replay memory over a registered transport, with the run's authentication, and co
 clients to it: `actor` and `learner` (`rlbench.runtime`'s ReplayClient: add / add_begin /
 add_finish, sample, update_priorities, credit and wait_pushed for in-network placement). The node
 never rate-limits unless given `rate_limit=` (a benchmark measures access, not the algorithm's
-pacing), checks the run's transition layout when given `layout=` (rlbench.runtime.transitions.transition_layout), and
+pacing), checks the run's transition layout when given `layout=` (rlbench.runtime.transitions.transition_layout), runs
+on the CPUs given as `cpus=` (os.sched_setaffinity, as its process starts; default: where the OS puts it), and
 its budget never ends; leaving the block shuts it down. `node.report()` is the node's own report (per-op serve
 times, counters, link bytes); `fast_path=False` makes it serve every message through its general
 (Python) path, the peer of its native fast path.
@@ -37,7 +38,7 @@ import multiprocessing
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 # (samples per insert, min size to sample, error buffer): a node that never holds anyone back
 NEVER_LIMITED = (1.0, 1, 1e18)
@@ -45,7 +46,12 @@ NEVER_LIMITED = (1.0, 1, 1e18)
 
 def _serve(transport: str, transport_options: dict[str, Any], placement: str, replay: str, capacity: int,
            replay_options: dict[str, Any], batch_size: int, secret: bytes | None, fast_path: bool,
-           rate_limit: tuple[float, int, float], layout: dict[str, Any] | None, addresses: Any) -> None:
+           rate_limit: tuple[float, int, float], layout: dict[str, Any] | None, cpus: tuple[int, ...] | None,
+           addresses: Any) -> None:
+    if cpus:  # first, so the node serves on these cores only
+        import os
+
+        os.sched_setaffinity(0, cpus)
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed.rate_limiter import RateLimiter
     from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
@@ -112,7 +118,7 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 replay: str = "prioritized", capacity: int = 1 << 17, replay_options: dict[str, Any] | None = None,
                 batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0,
                 fast_path: bool = True, rate_limit: tuple[float, int, float] = NEVER_LIMITED,
-                layout: dict[str, Any] | None = None) -> Iterator[NodeUnderTest]:
+                layout: dict[str, Any] | None = None, cpus: Iterable[int] | None = None) -> Iterator[NodeUnderTest]:
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed import messages
     from rlbench.runtime.distributed.channel import Channel
@@ -124,7 +130,8 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
     secret = secrets.token_bytes(32) if authenticate else None
     channels: list[Any] = []
     with _spawned(_serve, (transport, transport_options, placement, replay, capacity, replay_options or {},
-                           batch_size, secret, fast_path, rate_limit, layout)) as address:
+                           batch_size, secret, fast_path, rate_limit, layout,
+                           tuple(sorted(cpus)) if cpus else None)) as address:
         try:
             def channel(role: str) -> Any:
                 connection = component.create(**transport_options).connect(address, timeout=timeout)
