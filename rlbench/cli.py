@@ -168,7 +168,7 @@ def exit_code(result: dict[str, Any]) -> int:
     return 128 + result["stop_signal"] if result.get("stop_signal") else EXIT_FAILED
 
 
-RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "num_envs", "steps", "seconds",
+RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "replay_shards", "num_envs", "steps", "seconds",
               "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "actor_restarts", "checkpoint_every", "checkpoint_dir", "launcher", "ray_address", "bind")
 RUN_FIELDS += ("placement_strategy",)  # --launcher ray's placement group
 
@@ -197,6 +197,9 @@ def _run_command() -> click.Command:
         click.Option(["--learners"], type=int, default=default.learners, show_default=True,
                      help="Learner processes (--policy data-parallel); the global batch is split between them."),
         click.Option(["--actors"], type=int, default=default.actors, show_default=True, help="Actor processes."),
+        click.Option(["--replay-shards"], type=int, default=default.replay_shards, show_default=True, metavar="N",
+                     help="Replay nodes (--placement server): actor i inserts into shard i mod N; the learner draws "
+                          "each batch across shards by their priority mass, so the sampling law is one memory's."),
         click.Option(["--num-envs"], type=int, default=default.num_envs, show_default=True, help="Environments per actor."),
         click.Option(["--steps"], type=int, default=default.steps, help="Env-step budget [default: the algorithm's]."),
         click.Option(["--seconds"], type=float, default=default.seconds, help="Wall-clock budget."),
@@ -366,7 +369,7 @@ BENCH_COMMANDS = (("rlbench.bench.transport", "command"), ("rlbench.bench.replay
                   ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
                   ("rlbench.bench.matrix", "command"), ("rlbench.cluster.cli", "launchers_command"),
                   ("rlbench.bench.access", "command"), ("rlbench.bench.attacks", "command"),
-                  ("rlbench.bench.policies", "command"), ("rlbench.bench.scale", "command"))
+                  ("rlbench.bench.policies", "command"))
 
 
 def _attach_commands() -> None:

@@ -48,6 +48,7 @@ class RunConfig:
     policy: str = "single-learner"  # the distribution policy (MSRL): rlbench list --kind policy
     learners: int = 1  # learner processes, under a policy with several (data-parallel)
     actors: int = 1
+    replay_shards: int = 1  # replay nodes; actors hashed to them, the learner sampling across them by priority mass
     num_envs: int = 1
     steps: int | None = None  # None: the algorithm's own budget (its Config.total_steps)
     seconds: float | None = None  # wall-clock budget; the run stops at whichever comes first
@@ -80,7 +81,7 @@ class RunConfig:
 # so no plugin's run option can take one, whatever order plugins load in.
 RUN_FLAGS = frozenset({
     "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--policy",
-    "--learners", "--actors",
+    "--learners", "--actors", "--replay-shards",
     "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes", "--eval-every",
     "--on-actor-failure", "--actor-restarts", "--checkpoint-every", "--checkpoint-dir", "--resume", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
     "--placement-strategy",

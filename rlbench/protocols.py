@@ -80,6 +80,9 @@ class ReplayCapabilities:
     # state_dict() -> {"arrays": {name: ndarray}, "meta": JSON-able} and load_state_dict(state): a
     # distributed run's checkpoint can hold it (--checkpoint-every)
     checkpoints: bool = False
+    # priority_mass() -> (sum of priorities**alpha, the smallest non-zero one; uniform: size, 1.0): it
+    # can be one shard of several (--replay-shards), the learner weighing shards by their mass
+    shards: bool = False
 
 
 # Role names for compute backends: "<algorithm>:<role>", role one of actor, learner, tabular.

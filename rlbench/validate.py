@@ -141,6 +141,7 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
 
     _check_launcher(config)
     _check_checkpoints(config, registry, algorithm, replay)
+    _check_shards(config, registry, replay)
     policy = _checked_policy(config, registry)
     plan = Plan(algorithm, environment, compute, replay, transport, policy)
     _check_options(config, registry, plan)
@@ -197,6 +198,28 @@ def _check_checkpoints(config: RunConfig, registry: Registry, algorithm: Compone
         works = _names_that_work(registry, "replay", lambda c: c.capabilities.checkpoints)
         raise InvalidCombinationError(f"{flag}: replay memory {replay.name} cannot be checkpointed (no state_dict); "
                                       f"replay memories that can: {works}")
+
+
+def _check_shards(config: RunConfig, registry: Registry, replay: Component | None) -> None:
+    """--replay-shards: several replay nodes, sampled by the learner across them."""
+    if config.replay_shards < 1:
+        raise InvalidCombinationError(f"--replay-shards must be at least 1, got {config.replay_shards}")
+    if config.replay_shards == 1:
+        return
+    if config.placement != "server":
+        raise InvalidCombinationError(
+            f"--replay-shards {config.replay_shards} runs with --placement server only: the learner draws each batch "
+            "across the shards by their priority mass" + (" (placement local has no replay node)"
+                                                          if config.placement == "local" else
+                                                          ", where in-network has one node push batches ahead of demand"))
+    if config.replay_shards > config.actors:
+        raise InvalidCombinationError(f"--replay-shards {config.replay_shards} with --actors {config.actors}: each shard "
+                                      "stores what the actors hashed to it insert, so every shard needs an actor")
+    if replay is not None and not replay.capabilities.shards:
+        works = _names_that_work(registry, "replay", lambda c: c.capabilities.shards)
+        raise InvalidCombinationError(f"--replay-shards: replay memory {replay.name} does not say its priority mass "
+                                      f"(priority_mass), so batches cannot be drawn across shards by it; replay "
+                                      f"memories that can: {works}")
 
 
 def _check_launcher(config: RunConfig) -> None:

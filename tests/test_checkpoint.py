@@ -104,7 +104,7 @@ def test_a_restored_learner_makes_the_same_next_updates(algo, env, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ the folder
-def test_latest_moves_only_when_both_halves_are_whole_and_old_checkpoints_go(tmp_path):
+def test_latest_moves_only_when_every_part_is_whole_and_old_checkpoints_go(tmp_path):
     class Learner:
         updates = 3
 
@@ -112,21 +112,26 @@ def test_latest_moves_only_when_both_halves_are_whole_and_old_checkpoints_go(tmp
             return {"updates": self.updates}
 
     memory = filled(PrioritizedReplay(100, seed=0), 2)
+    state = {"produced": 80, "learner_updates": 3, "params": {}}
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         checkpoint.latest(tmp_path)
-    with pytest.raises(CheckpointError, match="shared filesystem"):  # the learner's half is not there
-        checkpoint.save_replay(tmp_path, 1, {"produced": 80, "learner_updates": 3}, memory)
-    assert not (tmp_path / checkpoint.LATEST).exists()
+    with pytest.raises(CheckpointError, match="shared filesystem"):  # the learner's part is not there
+        checkpoint.save_replay(tmp_path, 1, 0, state, memory)
     for number in (1, 2, 3):
         checkpoint.save_learner(tmp_path, number, Learner())
-        checkpoint.save_replay(tmp_path, number, {"produced": 80 * number, "learner_updates": 3, "params": {}}, memory)
-    checkpoint.save_learner(tmp_path, 4, Learner())  # killed here: the node never wrote its half of 4
+        for shard in (0, 1):
+            checkpoint.save_replay(tmp_path, number, shard, {**state, "produced": 80 * number}, memory)
+        checkpoint.commit(tmp_path, number, 2, {"env_steps": 160 * number, "learner_updates": 3})
+    checkpoint.save_learner(tmp_path, 4, Learner())  # killed here: shard 1 never wrote its part of 4
+    checkpoint.save_replay(tmp_path, 4, 0, state, memory)
+    with pytest.raises(CheckpointError, match="not whole.*replay-1.npz is missing"):
+        checkpoint.commit(tmp_path, 4, 2, {"env_steps": 0, "learner_updates": 3})
     newest = checkpoint.latest(tmp_path)
-    assert newest["number"] == 3 and newest["env_steps"] == 240 and newest["path"].endswith("ckpt-000003")
+    assert newest["number"] == 3 and newest["env_steps"] == 480 and newest["path"].endswith("ckpt-000003")
     assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == ["ckpt-000002", "ckpt-000003", "ckpt-000004"]
     assert not list(tmp_path.rglob("*.tmp"))
     restored = PrioritizedReplay(100, seed=5)
-    node = checkpoint.load_replay(newest["path"], restored)
+    node = checkpoint.load_replay(newest["path"], restored, shard=1)
     assert node["produced"] == 240 and len(restored) == len(memory)
 
 

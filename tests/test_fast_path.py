@@ -147,6 +147,10 @@ class ScriptedListener:
     def send(self, peer, *parts):
         self.sent.append((peer, joined(parts)))
 
+    @property
+    def peers(self):  # every peer of the script stays connected (the node forgets departed ones every second)
+        return list(self.node.peers) if self.node is not None else []
+
 
 def insert(rows, request_id, rng, **changes):
     arrays = {"obs": rng.standard_normal((rows, 4), dtype=np.float32), "action": rng.integers(0, 2, rows),
@@ -212,26 +216,30 @@ def script(seed: int):
 
 
 def serve_script(memory_name: str, fast_path: bool, *, limiter: RateLimiter, total_steps: int = 10**9,
-                 placement: str = "server"):
+                 placement: str = "server", shards: int = 1):
     memory = get_registry().get("replay", memory_name).create(capacity=16, alpha=0.6, seed=3)
     listener = ScriptedListener(script(5))
     node = ReplayNode(listener, memory, limiter, NodeSettings(placement=placement, total_steps=total_steps,
-                                                              batch_size=4, fast_path=fast_path),
+                                                              batch_size=4, fast_path=fast_path, shards=shards),
                       prioritized=memory_name == "prioritized")
     listener.node = node
     report = node.serve()
     return node, listener.sent, report
 
 
+@pytest.mark.parametrize("shards", [1, 2])  # a shard of several: its BATCHes carry the memory's priority mass
 @pytest.mark.parametrize("limits", ["open", "tight", "budget"])
 @pytest.mark.parametrize("memory_name", ["uniform", "prioritized"])
-def test_fast_and_general_paths_answer_store_sample_and_account_the_same(memory_name, limits):
+def test_fast_and_general_paths_answer_store_sample_and_account_the_same(memory_name, limits, shards):
     def limiter():  # open: never waits; tight: SAMPLEs wait and INSERT replies are held; budget: the run ends
         return RateLimiter(1.0, 1, 1e18) if limits != "tight" else RateLimiter(1.0, min_size_to_sample=8, error_buffer=6.0)
 
     steps = 120 if limits == "budget" else 10**9
-    fast, fast_sent, fast_report = serve_script(memory_name, True, limiter=limiter(), total_steps=steps)
-    general, general_sent, general_report = serve_script(memory_name, False, limiter=limiter(), total_steps=steps)
+    fast, fast_sent, fast_report = serve_script(memory_name, True, limiter=limiter(), total_steps=steps, shards=shards)
+    general, general_sent, general_report = serve_script(memory_name, False, limiter=limiter(), total_steps=steps,
+                                                         shards=shards)
+    batches = [python_decode(message)[2] for _, message in fast_sent if python_decode(message)[0] == Op.BATCH]
+    assert batches and all(("mass" in batch) == (shards > 1) for batch in batches)
     assert general.fast is None and general_report["fast_path"] == {"on": False, "why": "off (NodeSettings.fast_path)"}
     served_natively = fast.fast.handled
     assert served_natively["INSERT"] > 20 and served_natively["UPDATE_PRIORITIES"] > 20, served_natively

@@ -118,6 +118,21 @@ def test_a_dqn_run_puts_replay_learner_and_actors_on_three_nodes(cluster, placem
         assert node_id[:12] in shown
 
 
+def test_replay_shards_run_on_the_nodes_place_names_and_store_their_actors_transitions(cluster):
+    """Issue #24 item 4: two replay nodes on two Ray nodes, actors hashed to them, the learner on a
+    third drawing its batches across both."""
+    place = {"replay": ["rlb_a", "rlb_b"], "learner": "rlb_c"}
+    result = run(ray_config(cluster, replay_shards=2, actors=2, steps=1200, place=place))
+    assert result["status"] == "complete", result["status_reason"]
+    assert result["accounting"]["balanced"] and result["accounting"]["produced"] >= 1200
+    roles = result["loop"]["roles"]
+    assert [roles[name]["node"] for name in ("replay", "replay-1", "learner")] == \
+        [node_of_resource("rlb_a"), node_of_resource("rlb_b"), node_of_resource("rlb_c")]
+    shards = result["loop"]["replay_shards"]
+    assert set(shards["replay"]["stored_by"]) == {"actor-0"} and set(shards["replay-1"]["stored_by"]) == {"actor-1"}
+    assert all(shard["rate_limiter"]["samples"] > 0 for shard in shards.values())
+
+
 def test_a_run_killed_on_this_host_resumes_on_the_ray_nodes_where_place_puts_it(cluster, tmp_path):
     """Issue #24 item 3: a checkpointing run of the local launcher, SIGKILLed mid-way, continues on
     three Ray nodes (other hosts: the checkpoint directory is one every node sees)."""

@@ -836,6 +836,7 @@ typedef struct {
     long long max_held; /* INSERT replies the limiter may hold for one peer (more: the general path refuses) */
     int ready;          /* __init__ succeeded */
     int prioritized;
+    int mass; /* BATCHes carry the memory's priority mass after the draw (a shard of several: ReplayNode._batch) */
     /* the INSERT layout last found compatible with the memory's columns */
     Layout *fit_layout; /* a reference */
     PyObject *fit_columns;
@@ -849,7 +850,7 @@ typedef struct {
 static PyObject *S_refused, *S_authenticated, *S_role, *S_last_insert, *S_held, *S_produced, *S_stored, *S_done,
     *S_first_insert_t, *S_last_insert_t, *S_params_version, *S_learner_updates, *S_credit, *S_beta, *S_size,
     *S_cursor, *S_adds, *S_add_calls, *S_samples, *S_sampled_items, *S_updates, *S_updated_items, *S_columns,
-    *S_indices, *S_weights, *S_step, *S_finished;
+    *S_indices, *S_weights, *S_step, *S_finished, *S_mass, *S_min_mass, *S_total, *S_min;
 
 /* -- fields of the node's and the memory's Python objects: read and written through the object's
  * instance dict where the fast path holds it (the node's state, the memory), else as attributes;
@@ -1230,7 +1231,7 @@ static PyObject *build_batch(FastPath *f, Py_ssize_t n, double beta, uint32_t re
     int usable = memory_columns(f, &columns);
     if (usable <= 0)
         return usable < 0 ? NULL : Py_NewRef(NOT_HANDLED);
-    Part parts[11];
+    Part parts[13]; /* indices, weights, up to 8 columns, step, mass, min_mass */
     int n_parts = 0;
     PyObject *fixed_names[2] = {S_indices, S_weights};
     int fixed_codes[2] = {f->codec->code_int64, f->codec->code_float32};
@@ -1266,6 +1267,18 @@ static PyObject *build_batch(FastPath *f, Py_ssize_t n, double beta, uint32_t re
     step->nd = 0;
     step->nbytes = 8;
     step->data = NULL;
+    Part *mass_parts[2] = {NULL, NULL}; /* mass, min_mass: float64 scalars, when f->mass */
+    if (f->mass) {
+        PyObject *mass_names[2] = {S_mass, S_min_mass};
+        for (int i = 0; i < 2; i++) {
+            Part *part = mass_parts[i] = &parts[n_parts++];
+            part->name = PyUnicode_AsUTF8AndSize(mass_names[i], &part->name_len);
+            part->code = f->codec->code_float64;
+            part->nd = 0;
+            part->nbytes = 8;
+            part->data = NULL;
+        }
+    }
     PyObject *message = build_message(f->codec, f->op_batch, request_id, parts, n_parts, PY_SSIZE_T_MAX);
     if (message == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(NOT_HANDLED);
@@ -1322,6 +1335,21 @@ static PyObject *build_batch(FastPath *f, Py_ssize_t n, double beta, uint32_t re
         goto fail;
     int64_t at = produced;
     memcpy(step->out, &at, 8);
+    if (f->mass) { /* after the draw, as PrioritizedReplay.priority_mass / UniformReplay.priority_mass say */
+        double masses[2] = {(double)size, 1.0};
+        if (f->tree != Py_None) {
+            PyObject *names[2] = {S_total, S_min};
+            for (int i = 0; i < 2; i++) {
+                PyObject *value = PyObject_GetAttr(f->tree, names[i]);
+                masses[i] = value != NULL ? PyFloat_AsDouble(value) : -1.0;
+                Py_XDECREF(value);
+                if (PyErr_Occurred())
+                    goto fail;
+            }
+        }
+        memcpy(mass_parts[0]->out, &masses[0], 8);
+        memcpy(mass_parts[1]->out, &masses[1], 8);
+    }
     return message;
 fail:
     Py_DECREF(message);
@@ -1547,18 +1575,18 @@ static int FastPath_init(FastPath *f, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"codec", "memory", "tree", "rng", "int64", "peers", "state", "pending_samples",
                                "limiter", "allowed", "ops", "total_steps", "deadline", "capacity", "max_message_bytes",
                                "max_credit", "prioritized", "check_deadline", "hold_insert", "drain", "max_held",
-                               NULL};
+                               "mass", NULL};
     PyObject *codec, *memory, *tree, *rng, *int64_type, *peers, *state, *pending, *limiter, *allowed, *ops;
     PyObject *check_deadline, *hold_insert, *drain;
     if (f->codec != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a FastPath is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOOO!OOOO!O!LdnnLpOOOL", keywords, &CodecType, &codec, &memory,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOOO!OOOO!O!LdnnLpOOOL|p", keywords, &CodecType, &codec, &memory,
                                      &tree, &rng, &int64_type, &PyDict_Type, &peers, &state, &pending, &limiter,
                                      &PyDict_Type, &allowed, &PyDict_Type, &ops, &f->total_steps, &f->deadline_s,
                                      &f->capacity, &f->max_bytes, &f->max_credit, &f->prioritized, &check_deadline,
-                                     &hold_insert, &drain, &f->max_held))
+                                     &hold_insert, &drain, &f->max_held, &f->mass))
         return -1;
     f->codec = (Codec *)Py_NewRef(codec);
     f->memory = Py_NewRef(memory);
@@ -1738,6 +1766,7 @@ static int intern_names(void) {
         {&S_add_calls, "_add_calls"}, {&S_samples, "_samples"}, {&S_sampled_items, "_sampled_items"},
         {&S_updates, "_updates"}, {&S_updated_items, "_updated_items"}, {&S_columns, "_columns"},
         {&S_indices, "indices"}, {&S_weights, "weights"}, {&S_step, "step"}, {&S_finished, "finished"},
+        {&S_mass, "mass"}, {&S_min_mass, "min_mass"}, {&S_total, "total"}, {&S_min, "min"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].text);

@@ -26,8 +26,8 @@ RAY = TransportCapabilities(max_message_bytes=32 * _MiB, reliable=True, ordered=
                             crosses_hosts=True)
 RAY_REQUIREMENT = "ray==2.60.0"  # the Ray that --launcher ray and the ray transport are tested with (scripts/setup.sh)
 
-UNIFORM = ReplayCapabilities(prioritized=False, checkpoints=True)
-PRIORITIZED = ReplayCapabilities(prioritized=True, checkpoints=True)
+UNIFORM = ReplayCapabilities(prioritized=False, checkpoints=True, shards=True)
+PRIORITIZED = ReplayCapabilities(prioritized=True, checkpoints=True, shards=True)
 
 CPU = ComputeCapabilities(roles=frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner",
                                            "qlearning:tabular", "sarsa:tabular"}), device="cpu")

@@ -151,6 +151,11 @@ class UniformReplay:
         self._updated_items += len(validated_update(indices, priorities, self._size)[0])
         self._updates += 1
 
+    def priority_mass(self) -> tuple[float, float]:
+        """(the sum of priorities**alpha, the smallest non-zero one): what a sharded run's learner weighs
+        shards by (rlbench/runtime/distributed/shards.py). Uniform: every item counts 1."""
+        return float(self._size), 1.0
+
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything that makes this memory again, as numpy arrays and JSON-able values (a run's
@@ -259,6 +264,9 @@ class PrioritizedReplay(UniformReplay):
         stats.update(alpha=self.alpha, total_priority=self._tree.total, min_priority=self._tree.min,
                      max_priority_seen=self._tree.max_priority)
         return stats
+
+    def priority_mass(self) -> tuple[float, float]:
+        return self._tree.total, self._tree.min
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

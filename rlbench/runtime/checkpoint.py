@@ -2,20 +2,22 @@
 
 One directory per run (its `run.json` says how the run was configured). Every checkpoint is a
 numbered folder, `ckpt-000007/`, holding the learner (`learner.pt`: networks, optimizers, update
-count, torch's RNG) and the replay node (`replay.npz`: the memory's storage and priorities, its
-RNG, the rate limiter's counts, the node's counters and newest weights). `LATEST` names the newest
-complete one. Reverb's checkpoints are the reference for the node's half.
+count, torch's RNG) and each replay node (`replay.npz`, `replay-1.npz` for shard 1, ...: the
+memory's storage and priorities, its RNG, the rate limiter's counts, the node's counters and newest
+weights). `LATEST` names the newest complete one. Reverb's checkpoints are the reference for the
+nodes' part.
 
 Consistency: learner 0 starts a checkpoint between two updates. It writes `learner.pt`, then asks
-the node (Op.CHECKPOINT, the number only: the node writes only under its own directory), which
-has by then handled every priority update the learner sent (the channel is ordered) and writes
-`replay.npz`, then `LATEST`. Each file is written to a temporary name and renamed (os.replace), and
-`LATEST` moves only after both files are whole, so a run killed at any moment leaves `LATEST`
-naming a complete, matching pair. The two oldest of more than KEEP checkpoints are removed.
+every replay node (Op.CHECKPOINT, the number only: a node writes only under its own directory),
+each of which has by then handled every priority update the learner sent it (each channel is
+ordered) and writes its file; once all have answered, the learner writes `LATEST`. Each file is
+written to a temporary name and renamed (os.replace), and `LATEST` moves only after every file is
+whole, so a run killed at any moment leaves `LATEST` naming a complete, matching set. Checkpoints
+older than the KEEP newest are removed.
 
-The directory must be visible from the learner's and the node's hosts at the same path (one
-machine, or a shared filesystem across hosts, as RLlib's storage_path); the node checks the
-learner's file is there before it writes LATEST, and refuses the checkpoint when it is not.
+The directory must be visible from the learner's and the nodes' hosts at the same path (one
+machine, or a shared filesystem across hosts, as RLlib's storage_path); a node checks the learner's
+file is there before it writes its own, and refuses the checkpoint when it is not.
 
 What a checkpoint does not hold: the actors' environments and episodes (a resumed run's actors
 start new episodes, with new seeds) and transitions the killed run produced after the checkpoint
@@ -93,6 +95,10 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return document
 
 
+def replay_file(shard: int) -> str:
+    return REPLAY_FILE if shard == 0 else f"replay-{shard}.npz"
+
+
 def latest(directory: str | Path) -> dict[str, Any]:
     """The newest complete checkpoint: LATEST's record, its folder's path under "path"."""
     path = Path(directory) / LATEST
@@ -104,15 +110,22 @@ def latest(directory: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read {path}: {exc}") from None
     where = folder(directory, int(record["number"]))
-    for name in (LEARNER_FILE, REPLAY_FILE):
-        if not (where / name).is_file():
-            raise CheckpointError(f"{LATEST} names {where.name}, but {where / name} is missing")
+    _check_whole(where, int(record.get("shards", 1)), f"{LATEST} names {where.name}, but")
     return {**record, "path": str(where)}
 
 
-def _commit(directory: Path, number: int, record: dict[str, Any]) -> None:
-    """LATEST moves to `number`; checkpoints older than the KEEP newest go."""
-    _write_json(directory / LATEST, {"number": number, **record})
+def _check_whole(where: Path, shards: int, said: str) -> None:
+    for name in (LEARNER_FILE, *(replay_file(shard) for shard in range(shards))):
+        if not (where / name).is_file():
+            raise CheckpointError(f"{said} {where / name} is missing")
+
+
+def commit(directory: str | Path, number: int, shards: int, record: dict[str, Any]) -> None:
+    """Learner 0, once every node wrote its file: LATEST moves to `number`; checkpoints older than the
+    KEEP newest go."""
+    directory = Path(directory)
+    _check_whole(folder(directory, number), shards, f"checkpoint {number} is not whole:")
+    _write_json(directory / LATEST, {"number": number, "shards": shards, **record})
     numbers = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _NAME.fullmatch(p.name)))
     for old in numbers[:-KEEP]:
         shutil.rmtree(folder(directory, old), ignore_errors=True)
@@ -139,10 +152,9 @@ def load_learner(checkpoint: str | Path, learner: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------- replay
-def save_replay(directory: str | Path, number: int, node_state: dict[str, Any], memory: Any) -> dict[str, Any]:
-    """The node's half of checkpoint `number`, then LATEST; returns LATEST's record. Refused (nothing
-    moves) when the learner's half is not in the folder."""
-    directory = Path(directory)
+def save_replay(directory: str | Path, number: int, shard: int, node_state: dict[str, Any], memory: Any) -> None:
+    """A replay node's part of checkpoint `number`. Refused (nothing written) when the learner's part is
+    not in the folder as this node sees it."""
     where = folder(directory, number)
     if not (where / LEARNER_FILE).is_file():
         raise CheckpointError(f"the learner's {LEARNER_FILE} is not in {where} as the replay node sees it: "
@@ -154,16 +166,12 @@ def save_replay(directory: str | Path, number: int, node_state: dict[str, Any], 
     arrays = {f"memory.{name}": array for name, array in memory_state["arrays"].items()}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     arrays.update({f"params.{name}": array for name, array in weights.items()})
-    write_atomically(where / REPLAY_FILE, lambda file: np.savez(file, **arrays))
-    record = {"env_steps": node_state["produced"], "learner_updates": node_state["learner_updates"],
-              "written_at": time.time()}
-    _commit(directory, number, record)
-    return record
+    write_atomically(where / replay_file(shard), lambda file: np.savez(file, **arrays))
 
 
-def load_replay(checkpoint: str | Path, memory: Any) -> dict[str, Any]:
+def load_replay(checkpoint: str | Path, memory: Any, shard: int = 0) -> dict[str, Any]:
     """Restore the memory from a checkpoint; returns the node's saved state (counters, limiter, weights)."""
-    with np.load(Path(checkpoint) / REPLAY_FILE, allow_pickle=False) as saved:
+    with np.load(Path(checkpoint) / replay_file(shard), allow_pickle=False) as saved:
         meta = json.loads(bytes(saved["meta"]).decode())
         memory_arrays = {name.removeprefix("memory."): saved[name] for name in saved.files if name.startswith("memory.")}
         params = {name.removeprefix("params."): saved[name] for name in saved.files if name.startswith("params.")}

@@ -23,7 +23,9 @@ from rlbench.runtime import transitions
 from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel
 from rlbench.runtime.distributed.messages import Op
+from rlbench.runtime.distributed.messages import role_name
 from rlbench.runtime.distributed.roles import NODE_LOST, REQUEST_TIMEOUT_S, RoleSpec
+from rlbench.runtime.distributed.shards import budgets, shard_of_actor
 from rlbench.runtime.launchers import (
     GRACE_S,
     POLL_S,
@@ -77,43 +79,62 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     failures: list[str] = []
     incarnations: list[dict[str, Any]] = []  # actors replaced after they died (--actor-restarts)
     stop_reason = ""
-    final_weights, weights_version, node_report, last_state = None, -1, None, None
-    control = None
+    shards = config.replay_shards
+    final_weights, weights_version = None, -1
+    node_reports: list[dict[str, Any] | None] = [None] * shards
+    last_states: list[dict[str, Any] | None] = [None] * shards
+    controls: list[Channel] = []
     try:
         bound = listen_address(transport, plan.transport.name, config.bind) if config.bind else None
-        node = launcher.start(dataclasses.replace(base, role="replay", address=bound or "", secret=secret,
-                                                  layout=run_layout(config, plan)))
-        address = launcher.wait_address(node)
-        learners = [launcher.start(role("learner", address, 0, learners=n_learners))]
+        layout = run_layout(config, plan)
+        shares = budgets(budget.total_steps, config.actors, shards)
+        nodes = [launcher.start(dataclasses.replace(base, role="replay", index=shard, address=bound or "",
+                                                    secret=secret, layout=layout, total_steps=shares[shard]))
+                 for shard in range(shards)]
+        addresses = tuple(launcher.wait_address(node) for node in nodes)
+        address = addresses[0]
+        learners = [launcher.start(role("learner", address, 0, learners=n_learners, shard_addresses=addresses))]
         if n_learners > 1:  # learner 0 announces its group's rendezvous; the others join it there
             rendezvous = launcher.wait_address(learners[0])
-            learners += [launcher.start(role("learner", address, rank, learners=n_learners, rendezvous=rendezvous))
+            learners += [launcher.start(role("learner", address, rank, learners=n_learners, rendezvous=rendezvous,
+                                             shard_addresses=addresses))
                          for rank in range(1, n_learners)]
-        actors = [launcher.start(role("actor", address, i)) for i in range(config.actors)]
-        control = Channel(transport.connect(address, timeout=REQUEST_TIMEOUT_S),
-                          reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
-        control.authenticate("launcher", 0, messages.role_key(secret, "launcher", 0))
+
+        def start_actor(index: int, slot: int) -> RoleHandle:  # on its slot's shard (a replacement keeps it)
+            shard = shard_of_actor(slot, shards)
+            return launcher.start(role("actor", addresses[shard], index,
+                                       step_scale=budget.total_steps / max(1, shares[shard])))
+
+        actors = [start_actor(i, i) for i in range(config.actors)]
+        for shard_address in addresses:
+            control = Channel(transport.connect(shard_address, timeout=REQUEST_TIMEOUT_S),
+                              reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
+            controls.append(control)
+            control.authenticate("launcher", 0, messages.role_key(secret, "launcher", 0))
         reported_dead: set[str] = set()
         restarts_left = {actor.name: config.actor_restarts for actor in actors}  # per original actor slot
-        slot_of = {actor.name: actor.name for actor in actors}
+        slot_of = {handle.name: index for index, handle in enumerate(actors)}
         next_index = config.actors
         while True:
             launcher.wait(launcher.handles, POLL_S)  # reads role outcomes while it waits
             if budget.interrupted:
                 stop_reason = budget.interrupted
                 break
-            if not node.alive():
-                stop_reason = f"the replay node died ({launcher.failure_of(node)})"
+            dead = next((node for node in nodes if not node.alive()), None)
+            if dead is not None:
+                stop_reason = f"{_node_name(dead)} died ({launcher.failure_of(dead)})"
                 break
             try:
-                last_state = messages.state_of(control.request(Op.STATUS)[1])
+                for shard, control in enumerate(controls):
+                    last_states[shard] = messages.state_of(control.request(Op.STATUS)[1])
             except NODE_LOST as exc:
-                stop_reason = _lost_node(launcher, node, exc)
+                stop_reason = _lost_node(launcher, nodes[shard], exc)
                 break
-            budget.progress(last_state["produced"])
-            if first_progress is None and last_state["produced"]:
+            produced = sum(state["produced"] for state in last_states)
+            budget.progress(produced)
+            if first_progress is None and produced:
                 first_progress = time.perf_counter() - started  # start-up, on this host's clock (within a poll)
-            if last_state["finished"]:
+            if all(state["finished"] for state in last_states):
                 break
             stopped = next((learner for learner in learners if not learner.alive()), None)
             if stopped is not None:  # before the run is over: nothing would sample, the actors would stall
@@ -126,13 +147,14 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                     why = launcher.failure_of(actor)
                     failures.append(f"{actor.name} died ({why})")
                     slot = slot_of[actor.name]
-                    if restarts_left[slot] > 0:  # a new incarnation, under a new identity (its own key)
-                        restarts_left[slot] -= 1
-                        replacement = launcher.start(role("actor", address, next_index))
+                    slot_name = role_name("actor", slot)
+                    if restarts_left[slot_name] > 0:  # a new incarnation, under a new identity (its own key)
+                        restarts_left[slot_name] -= 1
+                        replacement = start_actor(next_index, slot)
                         next_index += 1
                         slot_of[replacement.name] = slot
                         actors.append(replacement)
-                        incarnations.append({"slot": slot, "died": actor.name, "why": one_line(why),
+                        incarnations.append({"slot": slot_name, "died": actor.name, "why": one_line(why),
                                              "replaced_by": replacement.name})
                     elif config.on_actor_failure == "stop":
                         stop_reason = f"{actor.name} died and --on-actor-failure is stop"
@@ -141,33 +163,43 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
             if all(actor.name in reported_dead for actor in actors):
                 stop_reason = "every actor died"
                 break
-        if node.alive():
+        if stop_reason:  # every node finishes, so every role hears the run is over
+            for shard, control in enumerate(controls):
+                if nodes[shard].alive():
+                    try:
+                        control.request(Op.FINISH, {"reason": messages.text(one_line(stop_reason))})
+                    except NODE_LOST:
+                        pass
+        launcher.wait([h for h in launcher.handles if h.role != "replay"], GRACE_S)
+        for shard, control in enumerate(controls):
+            if not nodes[shard].alive():
+                continue
             try:
-                if stop_reason:
-                    control.request(Op.FINISH, {"reason": messages.text(one_line(stop_reason))})
-                launcher.wait([h for h in launcher.handles if h.role != "replay"], GRACE_S)
-                op, arrays = control.request(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
-                if op == Op.PARAMS:
-                    weights_version, final_weights = messages.read_weights(arrays)
-                node_report = messages.read_json(control.request(Op.STATS)[1]["json"])
+                if shard == 0:
+                    op, arrays = control.request(Op.FETCH_PARAMS, {"have_version": np.int64(-1)})
+                    if op == Op.PARAMS:
+                        weights_version, final_weights = messages.read_weights(arrays)
+                node_reports[shard] = messages.read_json(control.request(Op.STATS)[1]["json"])
                 control.request(Op.SHUTDOWN)
             except NODE_LOST as exc:
-                stop_reason = stop_reason or _lost_node(launcher, node, exc)
+                stop_reason = stop_reason or _lost_node(launcher, nodes[shard], exc)
     except RoleFailedError as exc:
         stop_reason = one_line(exc)
     finally:
-        if control is not None:
+        for control in controls:
             control.close()
         launcher.stop_all()
     outcomes = launcher.collect()
     where = launcher.describe()
     launcher.close()
-    if node_report is None and outcomes.get("replay", ("", None))[0] == "ok":
-        node_report = outcomes["replay"][1]
+    for shard in range(shards):
+        name = role_name("replay", shard)
+        if node_reports[shard] is None and outcomes.get(name, ("", None))[0] == "ok":
+            node_reports[shard] = outcomes[name][1]
     for name, (status, payload) in outcomes.items():
         if status == "error" and not any(f.startswith(name) for f in failures):
             failures.append(f"{name} failed: {one_line(payload)}")
-    outcome = _merge(outcomes, node_report, last_state, final_weights, weights_version, failures, stop_reason)
+    outcome = _merge(outcomes, node_reports, last_states, final_weights, weights_version, failures, stop_reason)
     outcome.stats.startup_s = first_progress
     if incarnations:
         outcome.stats.extra["actor_incarnations"] = incarnations
@@ -214,26 +246,44 @@ def _record_where(outcome: DistributedOutcome, where: dict[str, Any]) -> None:
     outcome.stats.extra["launcher"] = {k: v for k, v in where.items() if k != "roles"}
 
 
+def _resumed(shard_reports: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the run continued: shard 0's record, with every shard's env steps and stored counts."""
+    resumed = [r["resumed_from"] for r in shard_reports if r.get("resumed_from")]
+    if not resumed:
+        return None
+    return {**resumed[0], "env_steps": sum(r["env_steps"] for r in resumed),
+            "stored": sum(r["stored"] for r in resumed)}
+
+
+def _node_name(node: RoleHandle) -> str:
+    return "the replay node" if node.index == 0 else f"replay node {node.index} (a shard)"
+
+
 def _lost_node(launcher: Launcher, node: RoleHandle, exc: Exception) -> str:
     node.join(2)
-    return (f"lost the replay node ({one_line(exc)})" if node.alive()
-            else f"the replay node died ({launcher.failure_of(node)})")
+    return (f"lost {_node_name(node)} ({one_line(exc)})" if node.alive()
+            else f"{_node_name(node)} died ({launcher.failure_of(node)})")
 
 
-def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | None,
-           last_state: dict[str, Any] | None, final_weights: list[np.ndarray] | None, weights_version: int,
+def _merge(outcomes: dict[str, tuple[str, Any]], node_reports: list[dict[str, Any] | None],
+           last_states: list[dict[str, Any] | None], final_weights: list[np.ndarray] | None, weights_version: int,
            failures: list[str], stop_reason: str) -> DistributedOutcome:
     recorder = Recorder()
     accounting = Accounting()
     curve = LearningCurve()
     roles: dict[str, Any] = {}
-    # What each role reported to the launcher; where that is missing, what it told the node in its BYE.
-    reports = dict((node_report or {}).get("reports", {}))
+    # What each role reported to the launcher; where that is missing, what it told a node in its BYE.
+    reports: dict[str, Any] = {}
+    for node_report in node_reports:
+        reports.update((node_report or {}).get("reports", {}))
     reports.update({name: payload for name, (status, payload) in outcomes.items() if status == "ok"})
-    if node_report is not None:
-        reports["replay"] = {k: v for k, v in node_report.items() if k != "reports"}
+    shard_reports = {role_name("replay", shard): {k: v for k, v in report.items() if k != "reports"}
+                     for shard, report in enumerate(node_reports) if report is not None}
+    reports.update(shard_reports)
+    all_reported = len(shard_reports) == len(node_reports)
+    node_report = shard_reports.get("replay")  # shard 0's (the only one, unsharded)
     for name, report in sorted(reports.items()):
-        prefix = "replay_node." if name == "replay" else ""
+        prefix = "replay_node." if name in shard_reports else ""
         for op, data in report.get("histograms", {}).items():
             recorder.histogram(prefix + op).merge(Histogram.from_dict(data))
         for counter, value in report.get("counters", {}).items():
@@ -246,7 +296,9 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
         for cause, n in report.get("dropped", {}).items():
             accounting.drop(cause, n)
     curve.points.sort(key=lambda p: (p["time_s"], p["step"]))
-    counted = node_report or last_state or {"stored": 0, "produced": 0}  # the node's own count, else the last poll
+    # each node's own count, else the launcher's last poll of it
+    counts = [report or state or {"stored": 0, "produced": 0} for report, state in zip(node_reports, last_states)]
+    counted = {key: sum(count[key] for count in counts) for key in ("stored", "produced")}
     accounting.stored = counted["stored"]
     # Produced counts what actors reported: their own tallies where they reported, and for an actor
     # that died, what the node received from it; what a dead actor never sent is unknowable.
@@ -255,12 +307,12 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
     accounting.produced = reported_produced + max(0, accounting.stored - reported_sent)
     unaccounted = accounting.produced - accounting.stored - sum(accounting.dropped.values())
     if unaccounted > 0:
-        accounting.drop("sent by an actor, never stored by the replay node" if node_report is not None else
+        accounting.drop("sent by an actor, never stored by the replay node" if all_reported else
                         "acknowledged after the launcher's last status poll (the node's final count died with it)",
                         unaccounted)
     learner = reports.get("learner", {})  # learner 0's: every learner of a group makes the same updates
     learner_reports = [r for name, r in reports.items() if name == "learner" or name.startswith("learner-")]
-    resumed = (node_report or {}).get("resumed_from")
+    resumed = _resumed(list(shard_reports.values()))
     before = resumed["env_steps"] if resumed else 0  # a resumed run's own work starts at its checkpoint's step
     stats = LoopStats(env_steps=counted["produced"] - before, updates=learner.get("updates", 0),
                       samples=sum(r.get("samples", 0) for r in learner_reports))
@@ -274,15 +326,26 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_report: dict[str, Any] | N
             "allreduce_s": {r["role"]: r["group"]["allreduce_s"] + r["group"]["agreement_wait_s"] for r in learner_reports
                             if "group" in r}}
     if node_report:
-        stats.first_step_t, stats.last_step_t = node_report.get("first_insert_t"), node_report.get("last_insert_t")
-        stats.extra["steady_env_steps_per_s"] = node_report["steady_env_steps_per_s"]
-        stats.extra["rate_limiter"] = node_report["rate_limiter"]
+        shards = list(shard_reports.values())
+        firsts = [r["first_insert_t"] for r in shards if r.get("first_insert_t") is not None]
+        lasts = [r["last_insert_t"] for r in shards if r.get("last_insert_t") is not None]
+        stats.first_step_t, stats.last_step_t = min(firsts, default=None), max(lasts, default=None)
+        rates = [r["steady_env_steps_per_s"] for r in shards if r["steady_env_steps_per_s"] is not None]
+        stats.extra["steady_env_steps_per_s"] = sum(rates) if rates else None
+        limiters = [r["rate_limiter"] for r in shards]
+        inserts, samples = sum(lim["inserts"] for lim in limiters), sum(lim["samples"] for lim in limiters)
+        stats.extra["rate_limiter"] = {**node_report["rate_limiter"], "inserts": inserts, "samples": samples,
+                                       "samples_per_insert_achieved": samples / inserts if inserts else 0.0}
         stats.extra["queue_depths"] = node_report["queue_depths"]
         stats.extra["replay_memory"] = node_report["memory"]
-    if node_report:
-        stats.extra["checkpoints"] = node_report.get("checkpoints", [])
-        if resumed:
-            stats.extra["resumed_from"] = resumed
+        if len(node_reports) > 1:  # --replay-shards: each shard's own figures
+            stats.extra["replay_shards"] = {
+                name: {"produced": r["produced"], "stored": r["stored"], "size": r["size"],
+                       "steady_env_steps_per_s": r["steady_env_steps_per_s"], "rate_limiter": r["rate_limiter"],
+                       "memory": r["memory"], "stored_by": r["stored_by"]} for name, r in shard_reports.items()}
+    stats.extra["checkpoints"] = learner.get("checkpoints", [])
+    if resumed:
+        stats.extra["resumed_from"] = resumed
     if learner.get("checkpoint_failed"):
         failures.append(learner["checkpoint_failed"])
     stats.extra["roles"] = roles

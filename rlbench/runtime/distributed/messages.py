@@ -248,6 +248,7 @@ REAL = "f"
 COUNT = Scalar(INT, 0, MAX_COUNT)
 VERSION_NUMBER = Scalar(INT, -1, MAX_COUNT)
 FLAG = Scalar(INT + "b", 0, 1)
+MASS = Scalar(REAL, 0.0, math.inf)  # a sum of priorities**alpha, or the smallest (inf: none is non-zero)
 TRANSITIONS = {"obs": Rows(REAL), "action": Rows(INT + REAL), "reward": Rows(REAL, 1), "next_obs": Rows(REAL),
                "done": Rows(REAL + "b", 1)}
 
@@ -261,8 +262,9 @@ SCHEMAS: dict[Op, Schema] = {
     Op.INSERTED: Schema({"produced": COUNT, "params_version": VERSION_NUMBER, "learner_updates": COUNT,
                          "finished": FLAG}),
     Op.SAMPLE: Schema({"batch_size": Scalar(INT, 1, MAX_BATCH), "beta": Scalar(REAL + INT, 0.0, 1.0)}),
+    # a shard of several adds its memory's priority mass after the draw (rlbench/runtime/distributed/shards.py)
     Op.BATCH: Schema({**TRANSITIONS, "indices": Vector(INT, rows=True), "weights": Vector(REAL, rows=True),
-                      "step": COUNT}, same_shape=("obs", "next_obs")),
+                      "step": COUNT}, {"mass": MASS, "min_mass": MASS}, same_shape=("obs", "next_obs")),
     Op.END: Schema({"finished": FLAG}),
     Op.UPDATE_PRIORITIES: Schema({"indices": Vector(INT), "priorities": Vector(REAL), "learner_updates": COUNT},
                                  {"credit": Scalar(INT, 0, MAX_CREDIT), "beta": Scalar(REAL + INT, 0.0, 1.0)}),

@@ -150,15 +150,22 @@ class ReplayClient:
         self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
         self._took("weights.PUBLISH", started, cpu_started)
 
-    def checkpoint(self, number: int) -> None:
-        """Learner 0: the node writes its half of checkpoint `number` (the learner's is written) and
-        moves LATEST to it (rlbench/runtime/checkpoint.py)."""
-        self.channel.request(Op.CHECKPOINT, {"number": int(number)})
+    def checkpoint(self, number: int) -> int:
+        """Learner 0: the node writes its part of checkpoint `number` (the learner's is written); returns
+        the env steps it holds (rlbench/runtime/checkpoint.py)."""
+        _, state = self.channel.request(Op.CHECKPOINT, {"number": int(number)})
+        return int(state["produced"])
 
     # ---------------------------------------------------------------------------------- anyone
     def bye(self, report: dict[str, Any]) -> None:
         """Leave, handing the node this role's final counters."""
         self.channel.request(Op.BYE, {"report": messages.json_array(report)})
+
+    def link_stats(self) -> dict[str, int]:
+        return self.channel.stats
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 def _insert(transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None, produced: int) -> dict[str, Any]:

@@ -82,6 +82,8 @@ class NodeSettings:
     fast_path: bool = True  # serve the core memories' hot ops natively when rlbench._wire is built
     layout: transitions.Layout | None = None  # the run's transitions (None: the first INSERT fixes them)
     checkpoint_dir: str | None = None  # where learner 0's CHECKPOINTs go (rlbench/runtime/checkpoint.py); None: refused
+    shard: int = 0  # this node's shard of the run's replay (--replay-shards): its BATCHes carry the memory's
+    shards: int = 1  # priority mass when there are several (rlbench/runtime/distributed/shards.py)
 
 
 @dataclass
@@ -252,7 +254,8 @@ class ReplayNode:
                         deadline=self.t0 + seconds if seconds is not None else math.inf, capacity=self.capacity,
                         max_message_bytes=self.settings.max_message_bytes, max_credit=messages.MAX_CREDIT,
                         prioritized=self.prioritized, check_deadline=self._check_deadline,
-                        hold_insert=self._hold_insert, drain=self._drain_fast_timings, max_held=MAX_HELD_INSERTS)
+                        hold_insert=self._hold_insert, drain=self._drain_fast_timings, max_held=MAX_HELD_INSERTS,
+                        mass=self.settings.shards > 1)
         return fast, ""
 
     def _drain_fast_timings(self) -> None:
@@ -546,11 +549,12 @@ class ReplayNode:
         if self.checkpoints and number <= self.checkpoints[-1]["number"]:
             raise Refused(f"checkpoint {number} is not newer than {self.checkpoints[-1]['number']}", "refused.checkpoint")
         started = time.perf_counter()
-        record = checkpoint.save_replay(self.settings.checkpoint_dir, number, self.checkpoint_state(), self.memory)
-        self.checkpoints.append({"number": number, "env_steps": record["env_steps"],
-                                 "learner_updates": record["learner_updates"],
+        checkpoint.save_replay(self.settings.checkpoint_dir, number, self.settings.shard, self.checkpoint_state(),
+                               self.memory)
+        self.checkpoints.append({"number": number, "env_steps": self.state.produced,
+                                 "learner_updates": self.state.learner_updates,
                                  "seconds": round(time.perf_counter() - started, 4)})
-        self._reply(peer_id, Op.OK, None, request_id)
+        self._on_status(peer_id, peer, request_id, arrays)  # its counters as of its half: the learner commits
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What the node restores from besides its memory: counters, the limiter's counts, the newest
@@ -598,7 +602,10 @@ class ReplayNode:
         self.limiter.sampled(batch_size)
         fields = {"indices": sample.indices, "weights": sample.weights, **sample.transitions}
         batch = {name: to_host(value) for name, value in fields.items()}  # a device memory's tensors
-        return messages.encode(Op.BATCH, {**batch, "step": np.int64(self.state.produced)}, request_id)
+        batch["step"] = np.int64(self.state.produced)
+        if self.settings.shards > 1:  # after the draw, as the fast path adds them
+            batch["mass"], batch["min_mass"] = (np.float64(m) for m in self.memory.priority_mass())
+        return messages.encode(Op.BATCH, batch, request_id)
 
     def _release_pending(self) -> None:
         """Serve what waits and can go now. Each peer has a bounded share of what waits (at most

@@ -7,6 +7,7 @@ rebuilds its components by name from the registry and returns a JSON-able report
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -18,6 +19,7 @@ import numpy as np
 from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
 from rlbench.config import RunConfig, apply_overrides
+from rlbench.errors import RlbenchError
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import CPU_SAMPLE_EVERY, CpuMeter, Recorder, time_split
 from rlbench.plugins import get_registry
@@ -27,6 +29,7 @@ from rlbench.runtime.distributed.messages import WireError, role_name
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
 from rlbench.runtime.distributed.replay_client import ReplayClient
 from rlbench.runtime.distributed.replay_node import NodeSettings, ReplayNode
+from rlbench.runtime.distributed.shards import ShardedReplayClient, shard_of_actor
 from rlbench.runtime.policies.data_parallel import GroupEnded
 
 ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a round trip and the node's work)
@@ -65,6 +68,10 @@ class RoleSpec:
     # times the run was resumed before (actors explore with new seeds each time)
     resume_from: str = ""
     resumes: int = 0
+    # --replay-shards: every shard's address, for the learner (shard i's at i); a replay node's shard
+    # is its index; an actor's budget share scales its node's count to the run's step (exploration)
+    shard_addresses: tuple[str, ...] = ()
+    step_scale: float = 1.0
 
     @property
     def name(self) -> str:
@@ -106,15 +113,16 @@ def connect(spec: RoleSpec, transport: Any, capabilities: Any, recorder: Recorde
 
 
 # ------------------------------------------------------------------------------------- replay
-def rate_limiter_for(hp: Any, actors: int) -> RateLimiter:
+def rate_limiter_for(hp: Any, actors: int, shards: int = 1) -> RateLimiter:
     """The run's samples-per-insert limiter: the ratio batch_size / train_every, sampling from
     learning_starts on, and slack around the ratio: two rounds of inserts from every actor, and at
     least RATE_SLACK_BATCHES learner batches, so actors and learner are not forced into lock-step (each
-    waiting on the other) when the learner does little per insert; the achieved ratio still converges."""
+    waiting on the other) when the learner does little per insert; the achieved ratio still converges.
+    One shard of several (`actors`: those hashed to it) samples from its share of learning_starts on."""
     samples_per_insert = hp.batch_size / hp.train_every
     chunk = ACTOR_INSERT_TRANSITIONS * max(1, actors)
     error_buffer = max(samples_per_insert * 2 * chunk, RATE_SLACK_BATCHES * hp.batch_size)
-    return RateLimiter(samples_per_insert, max(hp.learning_starts, hp.batch_size),
+    return RateLimiter(samples_per_insert, max(1, -(-max(hp.learning_starts, hp.batch_size) // shards)),
                        error_buffer=error_buffer + hp.batch_size * PUSH_CREDIT)
 
 
@@ -123,15 +131,18 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     registry, config, algorithm, hp = _components(spec)
     transport, capabilities = _transport(registry, spec)
     memory_component = registry.get("replay", config.replay)
-    memory = memory_component.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
-                                     **spec.options.get("replay", {}))
-    saved = checkpoint.load_replay(spec.resume_from, memory) if spec.resume_from else None
+    shards, shard = config.replay_shards, spec.index
+    memory = memory_component.create(capacity=-(-hp.buffer_size // shards), alpha=hp.per_alpha,
+                                     seed=config.seed + 15485863 * shard, **spec.options.get("replay", {}))
+    saved = checkpoint.load_replay(spec.resume_from, memory, shard) if spec.resume_from else None
     listener = transport.listen(spec.address or None)
-    limiter = rate_limiter_for(hp, config.actors)
+    actors = sum(1 for i in range(config.actors) if shard_of_actor(i, shards) == shard)
+    limiter = rate_limiter_for(hp, actors, shards)
     limit = min(capabilities.max_message_bytes, getattr(transport, "max_message_bytes", capabilities.max_message_bytes))
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
                             seconds=config.seconds, max_message_bytes=limit, secret=spec.secret, layout=spec.layout,
-                            checkpoint_dir=config.checkpoint_dir if config.checkpoint_every else None)
+                            checkpoint_dir=config.checkpoint_dir if config.checkpoint_every else None,
+                            shard=shard, shards=shards)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     if saved is not None:
         node.restore(saved, spec.resume_from)
@@ -180,7 +191,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     try:
         version = _fetch_weights(client, actor, version, wait=True)  # a node lost while we wait is lost like any other time
         while not client.finished:
-            global_step = feedback["produced"] + produced - stored_sent
+            global_step = int((feedback["produced"] + produced - stored_sent) * spec.step_scale)
             sampled = not steps % CPU_SAMPLE_EVERY  # this step's work is also timed on the CPU clock
             steps += 1
             if sampled:
@@ -239,7 +250,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
               "weights_version": version, "curve": curve, "histograms": _histograms(recorder),
               "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
               if "weights_staleness" in staleness.histograms else {"count": 0},
-              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
+              "counters": dict(recorder.counters), "link": client.link_stats(), "lost": lost, "time_split": split,
               "threads": threads_in_use(), **_times(t0, cpu0)}
     _leave(client, {k: v for k, v in report.items() if k != "curve"}, lost)
     return report
@@ -255,8 +266,10 @@ class Checkpoints:
         self.directory = config.checkpoint_dir
         self.number = int(os.path.basename(spec.resume_from).removeprefix("ckpt-")) if spec.resume_from else 0
         self.at = time.monotonic() + self.every if self.every else math.inf
-        self.seconds = 0.0  # the learner's time in checkpoints, both halves
+        self.seconds = 0.0  # the learner's time in checkpoints, all their parts
         self.failed = ""  # why checkpoints stopped (the run goes on without them)
+        self.shards = config.replay_shards
+        self.written: list[dict[str, Any]] = []  # the complete ones: number, env steps, updates, seconds
 
     def due(self) -> bool:
         return time.monotonic() >= self.at
@@ -266,16 +279,20 @@ class Checkpoints:
         self.number += 1
         try:
             checkpoint.save_learner(self.directory, self.number, learner)
-            client.checkpoint(self.number)
+            env_steps = client.checkpoint(self.number)  # every replay node's part
+            record = {"env_steps": env_steps, "learner_updates": learner.updates, "written_at": time.time()}
+            checkpoint.commit(self.directory, self.number, self.shards, record)
+            self.written.append({"number": self.number, "env_steps": env_steps, "learner_updates": learner.updates,
+                                 "seconds": round((time.perf_counter_ns() - started) / 1e9, 4)})
             self.at = time.monotonic() + self.every
-        except (OSError, RemoteError) as exc:  # a full disk, a directory the node cannot see: said, not fatal
+        except (OSError, RlbenchError) as exc:  # a full disk, a directory a node cannot see: said, not fatal
             self.failed = f"checkpoint {self.number} failed: {type(exc).__name__}: {exc}"
             self.at = math.inf
         self.seconds += (time.perf_counter_ns() - started) / 1e9
         cpu.add("checkpoint", time.thread_time_ns() - cpu_started)
 
 
-def _leave(client: ReplayClient, report: dict[str, Any], lost: str) -> None:
+def _leave(client: ReplayClient | ShardedReplayClient, report: dict[str, Any], lost: str) -> None:
     """Say goodbye with the final counters, unless the node is gone."""
     try:
         if not lost:
@@ -283,7 +300,7 @@ def _leave(client: ReplayClient, report: dict[str, Any], lost: str) -> None:
     except NODE_LOST:
         pass
     finally:
-        client.channel.close()
+        client.close()
 
 
 def _flush(client: ReplayClient, chunk: dict[str, list], layout: transitions.Layout, priorities_of=None):
@@ -341,7 +358,12 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     publishes = spec.index == 0
     prioritized = registry.get("replay", config.replay).capabilities.prioritized
     recorder = Recorder()
-    client = connect(spec, transport, capabilities, recorder, "learner")
+    if len(spec.shard_addresses) > 1:  # --replay-shards: one client per shard, batches drawn across them
+        client = ShardedReplayClient([connect(dataclasses.replace(spec, address=address), transport, capabilities,
+                                              recorder, "learner") for address in spec.shard_addresses],
+                                     seed=config.seed + spec.index)
+    else:
+        client = connect(spec, transport, capabilities, recorder, "learner")
     in_network = config.placement == "in-network"
     if publishes:
         client.publish_params(learner.weights(), learner.updates)
@@ -396,8 +418,8 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     cpu.add_seconds(client.cpu_s())
     split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, measured, cpu)
     report = {"role": spec.name, "updates": updates, "updates_total": learner.updates, "samples": samples,
-              "histograms": _histograms(recorder),
-              "counters": dict(recorder.counters), "link": client.channel.stats, "lost": lost, "time_split": split,
+              "histograms": _histograms(recorder), "checkpoints": checkpoints.written,
+              "counters": dict(recorder.counters), "link": client.link_stats(), "lost": lost, "time_split": split,
               "threads": threads_in_use(), **_times(t0, cpu0)}
     if checkpoints.failed:
         report["checkpoint_failed"] = checkpoints.failed

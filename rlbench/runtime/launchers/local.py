@@ -43,7 +43,7 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any, announcements: Any) -> None:
     try:
-        report = run_role(function, spec, announcements.put)
+        report = run_role(function, spec, lambda address: announcements.put((spec.name, address)))
     except BaseException as exc:
         results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
         raise SystemExit(1) from None
@@ -57,7 +57,8 @@ class LocalLauncher:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
         self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
         self.results = self.context.Queue()
-        self.announcements = self.context.Queue()
+        self.announcements = self.context.Queue()  # (role name, address): roles may announce in any order
+        self.announced: dict[str, str] = {}
         self.handles: list[RoleHandle] = []
         self.outcomes: dict[str, tuple[str, Any]] = {}
 
@@ -73,8 +74,11 @@ class LocalLauncher:
     def wait_address(self, node: RoleHandle) -> str:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
+            if node.name in self.announced:
+                return self.announced.pop(node.name)
             try:
-                return self.announcements.get(timeout=POLL_S)
+                name, address = self.announcements.get(timeout=POLL_S)
+                self.announced[name] = address
             except queue.Empty:
                 if not node.alive():
                     raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")

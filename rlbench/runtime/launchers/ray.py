@@ -81,9 +81,10 @@ class Demand:
 def role_demands(config: Any, plan: Any) -> dict[str, Demand]:
     """The run's roles in start order, and what each needs: a CPU each; a learner a GPU when its
     compute runs on CUDA (actors then need a GPU node, sharing its device). The learners are the
-    run's distribution policy's (learner, learner-1, ...)."""
+    run's distribution policy's (learner, learner-1, ...), the replay nodes its shards (replay, replay-1, ...)."""
     on_gpu = plan.compute.capabilities.device == "cuda"
-    demands = {"replay": Demand(needs_gpu_node=plan.replay.capabilities.device == "cuda")}
+    demands = {role_name("replay", shard): Demand(needs_gpu_node=plan.replay.capabilities.device == "cuda")
+               for shard in range(config.replay_shards)}
     demands.update({role_name("learner", rank): Demand(gpus=1.0 if on_gpu else 0.0, needs_gpu_node=on_gpu)
                     for rank in range(policy_of(config).learners(config))})
     demands.update({role_name("actor", i): Demand(needs_gpu_node=on_gpu) for i in range(config.actors)})
@@ -91,9 +92,10 @@ def role_demands(config: Any, plan: Any) -> dict[str, Demand]:
 
 
 def roles_placed_by(key: str, demands: dict[str, Demand]) -> list[str]:
-    """The roles `--place KEY=...` names: actors (actor-i), a policy's learners (learner, learner-i), or one."""
+    """The roles `--place KEY=...` names: actors (actor-i), a policy's learners (learner, learner-i), the
+    replay nodes (replay, replay-i: shards), or one."""
     return ([r for r in demands if r.startswith("actor-")] if key == "actors" else
-            [r for r in demands if r == "learner" or r.startswith("learner-")] if key == "learner" else [key])
+            [r for r in demands if r == key or r.startswith(f"{key}-")] if key in ("learner", "replay") else [key])
 
 
 def plan_placement(config: Any, plan: Any, nodes: list[Node], capacity: bool = True) -> dict[str, Node]:
@@ -117,7 +119,7 @@ def plan_placement(config: Any, plan: Any, nodes: list[Node], capacity: bool = T
         for i, role in enumerate(roles):
             wanted[role] = pools[i % len(pools)]
     # Roles placed by --place first (others then avoid their nodes' used CPUs), then GPU roles.
-    order = sorted(demands, key=lambda r: (r not in wanted, not demands[r].gpus, r != "replay"))
+    order = sorted(demands, key=lambda r: (r not in wanted, not demands[r].gpus, not r.startswith("replay")))
     load: dict[str, int] = {n.node_id: 0 for n in nodes}
     cpus_left: dict[str, float] = {n.node_id: n.cpus for n in nodes}
     placement: dict[str, Node] = {}
