@@ -71,15 +71,18 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
     v = (node_insert(T) + ΔaddC(m)) / C + f node_fetch(T) / C
         + N (node_batch(T) + node_prio(T) + Δcycle(m)) / k + node_publish(T) / (k P)
   The CPU bound: the roles share the host's cores; while they run free each is on a CPU for its
-  work: a per env step for the actor that made it, N (l - wait) / k for the learners (waiting is
-  off the CPU), v for the node, which also polls while idle (node_idle cores, calibrated):
-    X_cpu = (cores - node_idle) / ((a + N (l - wait) / k + v) (1 + kappa(A + N)))
+  work: a per env step for the actor that made it, N (l - wait - group) / k for the learners
+  (waiting for the node or for the other learners is off the CPU), v for the node, which also
+  polls while idle (node_idle cores, calibrated). D = a + N (l - wait - group) / k + v:
+    X_cpu = y (cores - node_idle) / D,   y (1 + kappa(A + N) y) = 1
   kappa(p): when p processes are runnable on fewer cores, the scheduler time-slices them and each
-  slice starts with cold caches, so all work costs more CPU than with a core each, the more the
-  more processes share a core. Two saturated calibration runs (cores and 2 x cores actors,
-  actor-heavy, every core busy) measure it: kappa = X_cpu(kappa = 0) / X_measured - 1 at each,
-  and linearly between and beyond them in the number of processes (0 while p <= cores; one run:
-  its kappa throughout). That is the knee EMC2'20 measures: the actor count where
+  slice starts with cold caches, so work costs more CPU than with a core each: 1 + kappa u at a
+  share u of the cores' time in use (the busier the cores, the more often more processes are
+  runnable than there are cores; at the CPU bound u = y, so y (1 + kappa y) = 1), the more the more
+  processes share a core. Two saturated calibration runs (cores and 2 x cores actors,
+  actor-heavy, every core busy) measure it: y = X_measured / X_cpu(kappa = 0), kappa = (1 - y) /
+  y^2, at each, and linearly between and beyond them in the number of processes (0 while
+  p <= cores; one run: its kappa throughout). That is the knee EMC2'20 measures: the actor count where
   the actors' supply A / a stops being the bound (a learner, the node or the CPU binds instead).
   The bottleneck named is the bound that binds, with its largest term.
 
@@ -480,8 +483,8 @@ def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -
 
 def _kappa_points(job: dict[str, Any], calibrated: DistributedCalibration,
                   cores: float) -> tuple[tuple[int, float], ...]:
-    """(processes, kappa) of each saturated calibration run: its CPU bound with kappa = 0, over what
-    it measured, less 1."""
+    """(processes, kappa) of each saturated calibration run: the kappa under which the CPU bound is
+    what it measured."""
     points = []
     for key, run in (job.get("calibration") or {}).items():
         if "/saturated" not in key or "failed" in run or "env_steps_per_s" not in run:
@@ -493,7 +496,7 @@ def _kappa_points(job: dict[str, Any], calibrated: DistributedCalibration,
             cpu_bound = _distributed_bounds(mapping, job, schedule, cores, replace(calibrated, kappa_points=()))["cpu"]
         except ModelError:
             continue
-        points.append((run["actors"] + 1, max(0.0, cpu_bound / run["env_steps_per_s"] - 1.0)))
+        points.append((run["actors"] + 1, kappa_of(run["env_steps_per_s"] / cpu_bound)))
     return tuple(sorted(points))
 
 
@@ -561,17 +564,33 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
                                                              + node["node"].get("priorities_us", 0.0) + d_cycle) / k),
                   Term("weights", node["node"].get("publish_us", 0.0) / (k * every))]
     v = max(1e-3, sum(t.us for t in node_terms))
-    # the cores
-    learner_cpu = learners * (learner - wait) / k + learners * max(0.0, p.learn_share - 1.0) * compute / k
-    inflation = 1.0 + calibrated.kappa(actors + learners, cores)
+    # the cores: each role is on a CPU for its work; waiting (for the node, for the other learners'
+    # all-reduce) is off it
+    learner_cpu = learners * (learner - wait - group) / k + learners * max(0.0, p.learn_share - 1.0) * compute / k
+    demand = a + learner_cpu + v
     capacity = max(0.1, cores - calibrated.node_idle)
-    cpu_terms = [Term("actors", a * inflation, calibrated.spreads["free_step"]),
-                 Term("learners", learner_cpu * inflation, calibrated.spreads["compute"]),
-                 Term("replay node", v * inflation)]
+    kappa = calibrated.kappa(actors + learners, cores)
+    used = saturation(kappa)  # the share of the cores' time the roles get at the CPU bound
+    cpu_terms = [Term("actors", a / used, calibrated.spreads["free_step"]),
+                 Term("learners", learner_cpu / used, calibrated.spreads["compute"]),
+                 Term("replay node", v / used)]
     return {"actors": 1e6 * actors / a, "learner": 1e6 * k / learner, "node": 1e6 / v,
             "cpu": 1e6 * capacity / sum(t.us for t in cpu_terms),
             "terms": {"actors": actor_terms, "learner": learner_terms, "node": node_terms, "cpu": cpu_terms},
-            "a": a, "v": v, "learner_cpu": learner_cpu, "inflation": inflation, "capacity": capacity}
+            "a": a, "v": v, "demand": demand, "kappa": kappa, "capacity": capacity}
+
+
+def saturation(kappa: float) -> float:
+    """y in (0, 1]: how much of the cores' time the roles' own work gets at the CPU bound, where work
+    costs 1 + kappa y (it costs more the busier the cores: y (1 + kappa y) = 1)."""
+    return 1.0 if kappa <= 0 else (math.sqrt(1 + 4 * kappa) - 1) / (2 * kappa)
+
+
+def kappa_of(saturation_measured: float) -> float:
+    """The kappa under which the CPU bound is `saturation_measured` (measured / kappa-free) of its
+    kappa-free value: the inverse of `saturation`."""
+    y = saturation_measured
+    return 0.0 if y >= 1 else (1 - y) / (y * y)
 
 
 def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, Any], schedule: Schedule) -> Prediction:
@@ -587,8 +606,8 @@ def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, A
     x = named[name]
     terms = bounds["terms"][keys[name]]
     detail = name if keys[name] == "actors" else f"{name}: {_largest(terms)}"
-    busy = min(cores, x * (bounds["a"] + bounds["learner_cpu"] + bounds["v"]) * bounds["inflation"] / 1e6
-               + calibrated.node_idle)
+    used = x * bounds["demand"] / 1e6 / bounds["capacity"]  # the share of the cores the roles' work takes
+    busy = min(cores, x * bounds["demand"] * (1 + bounds["kappa"] * used) / 1e6 + calibrated.node_idle)
     others = min(v for key, v in named.items() if keys[key] != "actors")
     return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
                       bottleneck=detail, bounds=named, busy_cores=busy, spread=_combined_spread(terms), terms=terms,

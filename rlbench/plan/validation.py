@@ -37,6 +37,7 @@ DEFAULT_SECONDS = 4.0  # steady window of a validation run, at the predicted rat
 DEFAULT_REPEATS = 2  # runs per mapping (seeds seed, seed + 1); one more while they disagree by more than
 AGREEMENT = 0.10  # (max - min) / median
 CAP_FACTOR = 12  # a run is stopped after this many times its planned duration (60 s at least)
+MIN_STEADY_STEPS = 1_500  # env steps of steady window at least
 
 
 @dataclass
@@ -65,9 +66,12 @@ class Check:
 
 
 def budget(plan: Plan, mapping: Mapping, prediction: Prediction, seconds: float) -> tuple[int, float]:
-    """(env steps, warm-up steps) of a validation run: warm-up, then `seconds` of steady window."""
+    """(env steps, warm-up steps) of a validation run: warm-up, then `seconds` of steady window at
+    the predicted rate, and at least MIN_STEADY_STEPS (a prediction far too low still leaves a window
+    with episodes in it)."""
     warm = warm_up_steps(mapping, plan.schedule)
-    return int(warm + prediction.env_steps_per_s * seconds / (1 - measure.SETTLE)), warm
+    steady = max(MIN_STEADY_STEPS, prediction.env_steps_per_s * seconds)
+    return int(warm + steady / (1 - measure.SETTLE)), warm
 
 
 def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
