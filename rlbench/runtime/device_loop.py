@@ -52,6 +52,7 @@ import numpy as np
 from rlbench.algorithms.common import beta_at
 from rlbench.errors import RlbenchError
 from rlbench.runtime.context import LoopStats, RunContext
+from rlbench.runtime.transitions import transition
 
 NAME = "device"
 HOST_DEVICES = (None, "cpu", "host")  # what components on the host declare: never "one accelerator"
@@ -110,8 +111,7 @@ def run_device_loop(ctx: RunContext) -> LoopStats:
         rows = iter(range(steps))  # which row of the launch's episode record; fixed at capture
 
         def record(obs, actions, rewards, final_obs, terminated, truncated) -> None:
-            replay.write({"obs": obs, "action": actions, "reward": rewards, "next_obs": final_obs,
-                          "done": terminated.to(torch.float32)})
+            replay.write(transition(obs, actions, rewards, final_obs, terminated.to(torch.float32)))
             episodes.record(next(rows), rewards, terminated | truncated)
             env_step.add_(n)
 

@@ -163,8 +163,8 @@ def _run_online(ctx: RunContext) -> LoopStats:
         bootstrap_actions = next_actions.copy()
         if ended.any():
             bootstrap_actions[ended] = actor.act(result.final_observations[ended], step)
-        batch = {"obs": obs, "action": actions, "reward": result.rewards, "next_obs": result.final_observations,
-                 "next_action": bootstrap_actions, "done": result.terminated}
+        batch = {**transition(obs, actions, result.rewards, result.final_observations, result.terminated),
+                 "next_action": bootstrap_actions}  # SARSA's a'; Q-learning ignores it
         t0 = time.perf_counter_ns()
         learner.update(Sample(indices=all_rows, transitions=batch, weights=ones))
         update_latency.record(time.perf_counter_ns() - t0)
