@@ -459,6 +459,7 @@ class DistributedCalibration:
 
 
 def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -> DistributedCalibration:
+    """The placement's learner-bound calibration run (one learner, one actor) as the model uses it."""
     runs = [(key, run) for key, run in (job.get("calibration") or {}).items()
             if key.count("/") == 1 and run.get("placement") == placement and not key.startswith("local")]
     run = next((r for _, r in runs if "failed" not in r and "learner_compute_us" in r and "env_steps_per_s" in r), None)
@@ -479,6 +480,28 @@ def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -
     calibrated = DistributedCalibration(run["transport"], period, run["learner_compute_us"], wait, weights, loop,
                                         free, node_idle, spreads, ())
     return replace(calibrated, kappa_points=_kappa_points(job, calibrated, cores))
+
+
+@dataclass(frozen=True)
+class GroupCalibration:
+    """What the data-parallel calibration run (two learners, learner-bound) measured per update."""
+
+    learners: int
+    compute: float  # each learner's compute on its share
+    group: float  # its all-reduce and agreement, waiting for the other learner included
+    wait: float
+    loop: float
+    spreads: dict[str, float]
+
+
+def group_calibration(job: dict[str, Any]) -> GroupCalibration | None:
+    run = next((r for key, r in (job.get("calibration") or {}).items()
+                if key.endswith("/data-parallel-2") and "failed" not in r and "learner_compute_us" in r), None)
+    if run is None or "learner_allreduce_us" not in run:
+        return None
+    return GroupCalibration(run.get("learners", 2), run["learner_compute_us"], run["learner_allreduce_us"],
+                            run.get("learner_wait_us", 0.0), run.get("learner_loop_us", 0.0),
+                            {"compute": _spread(run, "learner_compute_us"), "group": _spread(run, "learner_allreduce_us")})
 
 
 def _kappa_points(job: dict[str, Any], calibrated: DistributedCalibration,
@@ -509,9 +532,13 @@ def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: fl
     return node["push_ready_us"] + node["priorities_send_us"] + max(0.0, node["push_round_us"] + memory_cycle - own)
 
 
-def _group_us(job: dict[str, Any], learners: int) -> float:
+def _group_us(job: dict[str, Any], learners: int, grouped: GroupCalibration | None) -> float:
+    """A learner's collectives per update: as the data-parallel calibration run measured them (two
+    learners; a ring of N takes N - 1 steps), else the all-reduce measured between two idle processes."""
     if learners <= 1:
         return 0.0
+    if grouped is not None:
+        return grouped.group * (learners - 1) / (grouped.learners - 1)
     measured = job.get("allreduce") or {}
     if not measured.get("available"):
         raise ModelError(f"no all-reduce measured for policy data-parallel: {measured.get('reason', 'profile again')}")
@@ -535,20 +562,30 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     extra_step, extra_update = compute_excess(job, mapping.compute)
     # the learner's period per update
     rho = calibrated.compute / ref.learn if ref.learn > 0 else 1.0
-    compute = p.learn * rho
+    cpu_compute = p.learn * rho  # its work, on a core of its own
+    compute, wait_cal, loop_cal, spreads = cpu_compute, calibrated.wait, calibrated.loop, dict(calibrated.spreads)
+    grouped = group_calibration(job) if learners > 1 else None
+    queue_cal = 0.0
+    if grouped is not None:  # learners in lock-step, as the data-parallel calibration ran them
+        share = learn_us(_figure(job["compute"], "cpu", "compute backend"), full // grouped.learners, full)
+        compute = p.learn * grouped.compute / share
+        wait_cal, loop_cal = grouped.wait, grouped.loop
+        spreads.update(compute=grouped.spreads["compute"])
+        queue_cal = (grouped.learners - 1) / 2 * (_batch_cost(job, calibrated.transport, ref_node)
+                                                    + ref_node["node"].get("priorities_us", 0.0))
     weights = max(0.0, calibrated.weights + node["publish_send_us"] / every
                   - ref_node["publish_send_us"] / _calibrated_publish_every(job))
-    loop = calibrated.loop + extra_update
-    group = _group_us(job, learners)
+    loop = loop_cal + extra_update
+    group = _group_us(job, learners, grouped)
     own = compute + weights + loop + node["priorities_send_us"]
     ref_own = calibrated.compute + calibrated.weights + calibrated.loop + ref_node["priorities_send_us"]
-    wait_cal = calibrated.wait
     queue = (learners - 1) / 2 * (_batch_cost(job, mapping.transport, node) + node["node"].get("priorities_us", 0.0))
-    wait = max(0.0, wait_cal + _critical(node, mapping.placement, d_cycle, own, every) + queue
+    wait = max(0.0, wait_cal + _critical(node, mapping.placement, d_cycle, own, every) + queue - queue_cal
                - _critical(ref_node, mapping.placement, 0.0, ref_own, _calibrated_publish_every(job)))
-    learner_terms = [Term("update", compute / k, calibrated.spreads["compute"]),
-                     Term("waiting for the replay node", wait / k, calibrated.spreads["wait"]),
-                     Term("weight sends", weights / k), Term("loop", loop / k), Term("all-reduce", group / k)]
+    learner_terms = [Term("update", compute / k, spreads["compute"]),
+                     Term("waiting for the replay node", wait / k, spreads["wait"]),
+                     Term("weight sends", weights / k), Term("loop", loop / k),
+                     Term("all-reduce", group / k, grouped.spreads["group"] if grouped else 0.0)]
     learner = sum(t.us for t in learner_terms) * k
     # the actor running free
     fetch = fetch_share * (node["fetch_rtt_us"] + p.load) / chunk
@@ -566,7 +603,7 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     v = max(1e-3, sum(t.us for t in node_terms))
     # the cores: each role is on a CPU for its work; waiting (for the node, for the other learners'
     # all-reduce) is off it
-    learner_cpu = learners * (learner - wait - group) / k + learners * max(0.0, p.learn_share - 1.0) * compute / k
+    learner_cpu = learners * (cpu_compute + weights + loop) / k + learners * max(0.0, p.learn_share - 1.0) * cpu_compute / k
     demand = a + learner_cpu + v
     capacity = max(0.1, cores - calibrated.node_idle)
     kappa = calibrated.kappa(actors + learners, cores)

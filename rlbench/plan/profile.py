@@ -921,6 +921,7 @@ class Calibration:
     actors: int = 1
     train_every: int = 1
     free_phase: bool = True  # its warm-up lasts long enough to time the actor alone
+    learners: int = 1  # more: policy data-parallel
 
 
 def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
@@ -932,7 +933,10 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     - `T/server`, `T/in-network` for each transport T of `calibrate` that was measured usable:
       learner-bound, one actor; the learner's period, the split of it, each role's CPU;
     - `T/server/saturated-A` (the first of them) for A = cores and 2 x cores actors, actor-heavy, so
-      every core is busy: how much dearer each role's work gets when processes outnumber cores."""
+      every core is busy: how much dearer each role's work gets when processes outnumber cores;
+    - `T/server/data-parallel-2` (where the policy is registered and the batch splits): two learners
+      in lock-step, learner-bound; their compute, their all-reduce and what they wait for each other
+      (a learner a busy core delays makes the other wait at the all-reduce), per update."""
     cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
     free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
     update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
@@ -952,6 +956,10 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     if served and "server" in placements:
         runs += [Calibration(f"{served[0]}/server/saturated-{actors}", "server", served[0], actors=actors,
                              train_every=heavy, free_phase=False) for actors in (max(2, cores), 2 * max(2, cores))]
+        parallel = "data-parallel" in {c.name for c in registry.components("policy")}
+        if parallel and 2 in learner_counts(figures["hyperparameters"]["batch_size"]):
+            runs.append(Calibration(f"{served[0]}/server/data-parallel-2", "server", served[0], learners=2,
+                                    free_phase=False))
     return runs
 
 
@@ -970,6 +978,8 @@ def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration)
     learning_starts = int(min(cap, max(2_000, CALIBRATION_FREE_S / (free * 1e-6)))) if setting.free_phase \
         else max(hp["batch_size"], 2_000)
     per_step = update / setting.train_every + (free if setting.placement == "local" else 0.0)
+    if setting.learners > 1:  # a share of the batch each, and their collectives: about as slow as one, here
+        per_step = max(per_step, update)
     if setting.placement != "local":
         per_step = max(per_step, free / setting.actors)
     steady = int(min(200_000, max(CALIBRATION_STEADY_STEPS, CALIBRATION_STEADY_S / (per_step * 1e-6))))
@@ -991,7 +1001,8 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     overrides = {**job.overrides(), "learning_starts": learning_starts, "train_every": setting.train_every}
     config = RunConfig(algo=job.algo, env=job.env, num_envs=job.num_envs, placement=setting.placement,
                        transport=setting.transport or "shm", replay="prioritized", compute=setting.compute,
-                       actors=setting.actors, steps=steps, seed=seed, eval_episodes=0, hyperparameters=overrides)
+                       actors=setting.actors, steps=steps, seed=seed, eval_episodes=0, hyperparameters=overrides,
+                       policy="data-parallel" if setting.learners > 1 else "single-learner", learners=setting.learners)
     result = rlbench.run(config)
     state = result.get("machine_state") or {}
     run: dict[str, Any] = {"seed": seed, "status": result["status"], "wall_s": result["timing"]["wall_s"],
@@ -1028,7 +1039,7 @@ def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, p
         if len(runs) >= CALIBRATION_REPEATS and len(rates) >= 2 and measure.combine(rates)[1] <= CALIBRATION_AGREEMENT / 2:
             break
     entry: dict[str, Any] = {"placement": setting.placement, "transport": setting.transport, "compute": setting.compute,
-                             "actors": setting.actors, "train_every": setting.train_every,
+                             "actors": setting.actors, "train_every": setting.train_every, "learners": setting.learners,
                              "method": "steady windows of repeated calibration runs (rlbench.plan.measure)",
                              "runs": runs, "repeats": len(runs),
                              "contended": "; ".join(sorted({r["contended"] for r in runs if r["contended"]}))}

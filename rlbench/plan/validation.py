@@ -160,9 +160,11 @@ def calibrated(plan: Plan, profile: dict[str, Any]) -> set[Mapping]:
     for run in runs.values():
         if "placement" not in run:
             continue
+        learners = run.get("learners", 1)
         found.add(_shape(Mapping(plan.job.algo, plan.job.env, run.get("compute") or "cpu", placement=run["placement"],
                                  replay="prioritized", transport=run.get("transport"),
-                                 actors=run.get("actors", 1) if run["placement"] != "local" else 1)))
+                                 actors=run.get("actors", 1) if run["placement"] != "local" else 1,
+                                 policy="data-parallel" if learners > 1 else "single-learner", learners=learners)))
     return found
 
 
