@@ -569,7 +569,7 @@ def test_role_costs_come_from_the_roles_time_splits_and_leave_the_first_wait_out
 def test_a_calibration_setting_repeats_until_its_runs_agree_and_records_their_spread(monkeypatch):
     rates = iter([1000.0, 1300.0, 1100.0, 1000.0, 1040.0])
 
-    def fake_run(job, figures, setting, *, seed=0):
+    def fake_run(job, figures, setting, *, seed=0, cores=1):
         return {"seed": seed, "status": "complete", "contended": "other processes used 0.30 cores" if seed == 1 else "",
                 "env_steps_per_s": next(rates), "spread": 0.01, "learner_compute_us": 800.0 + seed}
 

@@ -78,7 +78,7 @@ from rlbench.plan import measure  # standard library only
 SCHEMA = "rlbench.profile/2"  # /2: calibration read in steady windows, figures with spreads and machine states
 DEFAULT_JOBS = ("dqn:CartPole-v1", "qlearning:Taxi-v3")
 DEFAULT_DATASETS = (100_000, 1_000_000)  # sizes a tabular job is profiled at (the fit extrapolates)
-FIT_REPEATS = 5  # fit_offline runs per backend setting and dataset size (the median is kept)
+FIT_REPEATS = 3  # fit_offline runs per backend setting and dataset size (the median is kept)
 FILL_ITEMS = 20_000  # replay memories are measured holding this many transitions (or their capacity)
 DATA_PARALLEL_LEARNERS = (2, 4)  # learner counts of policy data-parallel a plan considers (where they split the batch)
 # Hyperparameters that change how often things happen, not what one operation costs: a profile
@@ -97,9 +97,9 @@ NOT_PROFILED_BY_DEFAULT = {
     "ray": "not profiled by default: it starts a Ray cluster first, longer than the profile's two minutes allow; "
            "`rlbench profile --transports ray --transport-seconds 90` measures it (a plan then proposes it)"}
 TRANSPORT_CASE_S = 0.1  # seconds per transport benchmark case (size x mode)
-CALIBRATION_FREE_S = 0.6  # a calibration run's warm-up: long enough to time the actor alone
-CALIBRATION_STEADY_S = 2.0  # a calibration run's steady window (after warm-up and the limiter's slack) ...
-CALIBRATION_STEADY_STEPS = 2_000  # ... and at least this many env steps (enough episodes end in it)
+CALIBRATION_FREE_S = 0.4  # a calibration run's warm-up: long enough to time the actor alone
+CALIBRATION_STEADY_S = 1.5  # a calibration run's steady window (after warm-up and the limiter's slack) ...
+CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough episodes end in it)
 CALIBRATION_REPEATS = 2  # runs per calibration setting ...
 CALIBRATION_MAX_REPEATS = 3  # ... and one more, up to this, while their rates spread more than
 CALIBRATION_AGREEMENT = 0.10  # (max - min) / median
@@ -963,7 +963,8 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     return runs
 
 
-def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration) -> tuple[int, int, float]:
+def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration,
+                        cores: int) -> tuple[int, int, float]:
     """(learning_starts, steps, insert lead) of a calibration run: a warm-up long enough to time the
     actor alone (CALIBRATION_FREE_S) where the setting needs it, then the rate limiter's slack, then a
     steady window of about CALIBRATION_STEADY_S at the rate the micro figures suggest."""
@@ -978,11 +979,11 @@ def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration)
     learning_starts = int(min(cap, max(2_000, CALIBRATION_FREE_S / (free * 1e-6)))) if setting.free_phase \
         else max(hp["batch_size"], 2_000)
     per_step = update / setting.train_every + (free if setting.placement == "local" else 0.0)
-    if setting.learners > 1:  # a share of the batch each, and their collectives: about as slow as one, here
-        per_step = max(per_step, update)
-    if setting.placement != "local":
-        per_step = max(per_step, free / setting.actors)
+    if setting.placement != "local":  # the actors' supply, or the cores they share with the learner
+        per_step = max(per_step, free / setting.actors, (free + update / setting.train_every) / cores)
     steady = int(min(200_000, max(CALIBRATION_STEADY_STEPS, CALIBRATION_STEADY_S / (per_step * 1e-6))))
+    if setting.learners > 1:  # learners in lock-step on shared cores run far slower than the micro figures say
+        steady = CALIBRATION_STEADY_STEPS
     schedule = Schedule(batch_size=hp["batch_size"], train_every=setting.train_every,
                         publish_every=hp["publish_every"], learning_starts=learning_starts)
     lead = 0.0 if setting.placement == "local" else limiter_lead(schedule, setting.actors)
@@ -990,14 +991,15 @@ def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration)
     return learning_starts, steps, lead
 
 
-def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, seed: int = 0) -> dict[str, Any]:
+def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, seed: int = 0,
+                    cores: int = 1) -> dict[str, Any]:
     """One real run of a calibration setting, read the way validation reads runs (rlbench.plan.measure):
     its steady rate and spread, the actor's rate alone in the warm-up, each role's costs (distributed),
     and whether someone else used the machine meanwhile."""
     import rlbench
     from rlbench.config import RunConfig
 
-    learning_starts, steps, lead = _calibration_budget(job, figures, setting)
+    learning_starts, steps, lead = _calibration_budget(job, figures, setting, cores)
     overrides = {**job.overrides(), "learning_starts": learning_starts, "train_every": setting.train_every}
     config = RunConfig(algo=job.algo, env=job.env, num_envs=job.num_envs, placement=setting.placement,
                        transport=setting.transport or "shm", replay="prioritized", compute=setting.compute,
@@ -1023,14 +1025,15 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     return run
 
 
-def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, progress: Progress) -> dict[str, Any]:
+def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, progress: Progress, *,
+                      cores: int = 1) -> dict[str, Any]:
     """CALIBRATION_REPEATS runs of a setting (one more while they disagree by more than
     CALIBRATION_AGREEMENT, up to CALIBRATION_MAX_REPEATS); each figure is their median, its spread
     the larger of the runs' half range and the steady windows' own spread."""
     runs: list[dict[str, Any]] = []
     while len(runs) < CALIBRATION_MAX_REPEATS:
         t0 = time.perf_counter()
-        run = calibration_run(job, figures, setting, seed=len(runs))
+        run = calibration_run(job, figures, setting, seed=len(runs), cores=cores)
         runs.append(run)
         progress(f"{job.key}: calibration run {setting.key} #{len(runs)} ({time.perf_counter() - t0:.1f} s"
                  + (f", {run['env_steps_per_s']:,.0f} env steps/s" if "env_steps_per_s" in run else f": {run['failed']}")
@@ -1068,7 +1071,7 @@ def calibrate_job(job: Job, figures: dict[str, Any], transports: dict[str, Any],
         return
     for setting in calibration_settings(job, figures, transports, registry, calibrate=calibrate, cores=cores):
         try:
-            figures["calibration"][setting.key] = calibrate_setting(job, figures, setting, progress)
+            figures["calibration"][setting.key] = calibrate_setting(job, figures, setting, progress, cores=cores)
         except RlbenchError as exc:
             figures["calibration"][setting.key] = {"failed": str(exc), "placement": setting.placement}
 
