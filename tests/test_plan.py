@@ -138,6 +138,11 @@ def test_cores_run_out_past_the_actors_knee_and_the_saturated_runs_set_kappa():
                                           Schedule(batch_size=128, train_every=100, publish_every=1))
     assert saturated.env_steps_per_s == pytest.approx(2e6 / 40.71875 / 1.25)  # the calibration run, reproduced
     assert model.supply_knee(curve) == 2  # 2 actors supply more than the cores let through
+    # an actor more that only makes the cores busier: the knee is before it, supply short or not
+    short = [(1, model.Prediction(900.0, 9.0, 1.0, "", actor_supply=900.0, demand=2000.0)),
+             (2, model.Prediction(850.0, 8.5, 1.0, "", actor_supply=900.0, demand=850.0))]
+    assert model.supply_knee(short) == 1
+    assert model.supply_knee(short[:1]) is None  # still short, with nothing to compare
     # a learner-bound mapping with more processes than cores: its cores are far from full, and kappa
     # does not bind it (the learner does)
     busy_learner = model.predict_distributed(dqn_mapping(placement="server", transport="shm", actors=4), figures, host,

@@ -557,8 +557,8 @@ def format_plan(plan: Any, *, top: int, profile_path: str, planning_s: float, do
         lines += [f"  {k}: {v}" if v else f"  {k}" for k, v in plan.excluded.items()]
     knees = best_knees(plan)
     if knees:
-        lines += ["", "actor balance point (EMC2'20): the fewest actors whose supply (one actor running free, "
-                  "measured) meets what the learner, node or CPU take"]
+        lines += ["", "actor balance point (EMC2'20): the actors past which more do not pay: their supply (one actor "
+                  "running free, measured) meets what the learner, node or CPU take, or one more adds under 5 %"]
         for item in knees:
             curve = ", ".join(f"{a}: {_rate(x)}" + (f" ({_rate(j)}/J)" if j else "") for a, x, j in item.curve)
             where = (f"{item.knee} actor{'s' if item.knee > 1 else ''}" if item.knee

@@ -733,14 +733,18 @@ def knee(rates: list[tuple[int, float]], gain: float = KNEE_GAIN) -> int | None:
     return None
 
 
-def supply_knee(curve: list[tuple[int, Prediction]]) -> int | None:
-    """The fewest actors whose measured supply (A x one actor's free rate) meets what the rest of
-    the mapping takes (its tightest other bound at that count): more actors wait. None: supply is
-    still short at the largest count."""
-    for actors, prediction in sorted(curve, key=lambda item: item[0]):
+def supply_knee(curve: list[tuple[int, Prediction]], gain: float = KNEE_GAIN) -> int | None:
+    """The actor count past which more actors do not pay: the fewest whose measured supply (A x one
+    actor's free rate) meets what the rest of the mapping takes (its tightest other bound at that
+    count), or before which one more actor adds less than `gain` (more actors share the cores: the
+    CPU bound falls as they are added). None: supply is still short and growing at the largest count."""
+    ordered = sorted(curve, key=lambda item: item[0])
+    for (actors, prediction), following in itertools.zip_longest(ordered, ordered[1:]):
         if prediction.actor_supply is None or prediction.demand is None:
             return None
         if actors * prediction.actor_supply >= prediction.demand:
+            return actors
+        if following is not None and following[1].throughput < prediction.throughput * (1 + gain):
             return actors
     return None
 
