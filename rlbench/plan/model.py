@@ -59,8 +59,16 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              requests one after another: each waits for (N - 1) / 2 others' node work on average.
     weights = weights_cal + Δ(publish_send(T) / P): the learner's weight sends (learner 0's).
     loop   = the calibration learner's own loop line (+ a backend's loop excess, as locally).
-    group  = allreduce(N) + agreement (policy data-parallel): the profile's gloo all-reduce of the
-             learner's parameters between 2 processes, times N - 1 for N learners (a ring's steps).
+    group  = the collectives of policy data-parallel, per update: what the data-parallel
+             calibration run (2 learners, learner-bound) measured, times N - 1 for N learners (a
+             ring's steps); without that run, gloo's all-reduce and agreement between 2 idle
+             processes (the profile's micro figure). The calibration run also gives the learners'
+             compute, wait and loop in lock-step (compute = learn(c, b) x its compute / learn(cpu,
+             B/2)): measured here, each of two learners took ~4.0 ms on its half of a 1,024 batch
+             against 2.9 ms alone (two learners alone side by side: 2.25 ms each), and their
+             collectives 2.3 ms against 1.0 ms between idle processes: with the actor and the node on
+             the same two cores, whichever learner a busy core delays makes the other wait at the
+             all-reduce, and a lone micro figure cannot see that.
   The actor's period per env step, running free:
     a = a_cal + Δinf(c) / n + Δinsert_send(T) / C + f (fetch_rtt(T) + load(c)) / C
     a_cal: the calibration actor's rate alone, in its warm-up (its loop, copies, the INSERT it
