@@ -511,20 +511,30 @@ def test_plan_validate_prints_predicted_beside_measured_as_json(tmp_path, capsys
     assert math.isfinite(report["validation"]["summary"]["median_abs_error"])
 
 
-def test_a_backends_own_local_calibration_enters_the_model_as_its_loop_excess():
+def test_a_backends_own_distributed_calibration_enters_the_model_as_its_differences_from_cpu():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
-    # fpga's loop: its step 60 (inference 20: 10 more than cpu's, so 10 of loop excess), its period 1,100
-    # (update 1100 - 60 - 800 - 40 = 200 beyond its micro figures, against cpu's 940 - 40 - 840 = 60: 140 more)
-    figures["calibration"]["local/fpga"] = {"placement": "local", "compute": "fpga", "train_every": 1, "repeats": 2,
-                                            "free_step_us": 60.0, "env_steps_per_s": 1e6 / 1100, "contended": ""}
-    assert model.compute_excess(figures, "fpga") == pytest.approx((10.0, 140.0))
-    local = model.predict_local(dqn_mapping(compute="fpga"), figures, Schedule(batch_size=128, train_every=1))
-    assert local.env_steps_per_s == pytest.approx(1e6 / 1100)  # its own calibration, reproduced
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    without = model.predict_distributed(dqn_mapping(compute="fpga", placement="server", transport="shm"), figures,
+                                        host, schedule)
+    # no run of its own: its micro figures (the same update, inference 10 us dearer)
+    assert without.bounds["learner"] == pytest.approx(1e6 / 950)
+    assert without.bounds["actors (1)"] == pytest.approx(1e6 / (30.46875 + 10 + 100 / 128))
+    # its own server run: its OpenCL threads beside the learner made the update 1.25x, the wait 50 us
+    # and the loop 20 us dearer, the actor's step 14.53 us
+    figures["calibration"]["shm/server/fpga"] = {
+        **figures["calibration"]["shm/server"], "compute": "fpga", "learner_compute_us": 1000.0,
+        "learner_wait_us": 150.0, "learner_loop_us": 60.0, "free_step_us": 45.0}
     server = model.predict_distributed(dqn_mapping(compute="fpga", placement="server", transport="shm"), figures,
-                                       host, Schedule(batch_size=128, train_every=1, publish_every=1))
-    assert server.bounds["learner"] == pytest.approx(1e6 / (950 + 140))  # the cpu learner's 950 + fpga's excess
-    assert server.bounds["actors (1)"] == pytest.approx(1e6 / (30.46875 + 10 + 10 + 100 / 128))
+                                       host, schedule)
+    assert server.bounds["learner"] == pytest.approx(1e6 / (1000 + 150 + 10 + 60))  # its own run, reproduced
+    assert server.bounds["actors (1)"] == pytest.approx(1e6 / (45 + 100 / 128))
+    in_network = model.predict_distributed(dqn_mapping(compute="fpga", placement="in-network", transport="shm"),
+                                           figures, host, schedule)
+    assert in_network.bounds["learner"] == pytest.approx(1e6 / (1000 + 28 + 50 + 10 + 60))
+    # in one process nothing runs beside its threads: locally, its micro figures only
+    local = model.predict_local(dqn_mapping(compute="fpga"), figures, schedule)
+    assert local.env_steps_per_s == pytest.approx(1e6 / (940 + 10))
 
 
 # ------------------------------------------------------------------------- measuring runs
@@ -595,11 +605,11 @@ def test_calibration_settings_name_the_runs_the_model_reads():
                                             cores=2)
     keys = [s.key for s in settings]
     # tcp's replay node failed when profiled: no run over it
-    assert keys == ["local", "local/actor-heavy", "local/fpga", "shm/server", "shm/in-network",
-                    "shm/server/saturated-2", "shm/server/saturated-4", "shm/server/data-parallel-2"]
+    assert keys == ["local", "local/actor-heavy", "shm/server", "shm/in-network", "shm/server/fpga",
+                    "shm/server/saturated-2", "shm/server/data-parallel-2"]
     heavy = {s.key: s for s in settings}
     assert heavy["local/actor-heavy"].train_every >= 8 and not heavy["local/actor-heavy"].free_phase
-    assert heavy["shm/server/saturated-2"].actors == 2 and heavy["shm/server/saturated-4"].actors == 4
+    assert heavy["shm/server/saturated-2"].actors == 2 and heavy["shm/server/fpga"].compute == "fpga"
     assert heavy["shm/server/saturated-2"].train_every > 1 and not heavy["shm/server/saturated-2"].free_phase
     assert heavy["shm/server"].free_phase and heavy["shm/server"].train_every == 1
     assert heavy["shm/server/data-parallel-2"].learners == 2

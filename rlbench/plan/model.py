@@ -33,8 +33,8 @@ Local (one process, everything in sequence; PEARL's iteration with nothing overl
   and per update u, less the micro figures. Why two: an update evicts the actor's working set
   from the caches, so a step costs more while the learner works than in the warm-up before it
   (measured here: 49 us against 44); a run with one k cannot tell that apart from the update's
-  own cost. A backend c other than cpu adds what its own k = 1 calibration shows beyond cpu's
-  (its threads, its device calls).
+  own cost. Another compute backend c differs by its micro figures (in one process nothing runs
+  beside its threads: its local run measured within 1 % of cpu's here).
 
 Distributed (actors, a replay node and N learners are separate processes; PEARL's iteration,
 t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
@@ -58,7 +58,13 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              + max(0, push_round(T) + Δcycle(m) - own). With N learners the node serves their
              requests one after another: each waits for (N - 1) / 2 others' node work on average.
     weights = weights_cal + Δ(publish_send(T) / P): the learner's weight sends (learner 0's).
-    loop   = the calibration learner's own loop line (+ a backend's loop excess, as locally).
+    loop   = the calibration learner's own loop line.
+    backend: a compute backend c other than cpu with its own calibration run (server, one actor)
+             changes the learner's compute by its in-situ ratio to cpu's, and the wait, the loop
+             and the actor's free step by their differences: its threads or device calls run beside
+             the other roles there, which its micro figures do not show (measured here: the fpga
+             backend's OpenCL threads on two cores, in-network 702 env steps/s against cpu's ~820,
+             where its local run was within 1 % of cpu's). Without its run: its micro figures.
     group  = the collectives of policy data-parallel, per update: what the data-parallel
              calibration run (2 learners, learner-bound) measured, times N - 1 for N learners (a
              ring's steps); without that run, gloo's all-reduce and agreement between 2 idle
@@ -87,10 +93,11 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
   slice starts with cold caches, so work costs more CPU than with a core each: 1 + kappa u at a
   share u of the cores' time in use (the busier the cores, the more often more processes are
   runnable than there are cores; at the CPU bound u = y, so y (1 + kappa y) = 1), the more the more
-  processes share a core. Two saturated calibration runs (cores and 2 x cores actors,
-  actor-heavy, every core busy) measure it: y = X_measured / X_cpu(kappa = 0), kappa = (1 - y) /
-  y^2, at each, and linearly between and beyond them in the number of processes (0 while
-  p <= cores; one run: its kappa throughout). That is the knee EMC2'20 measures: the actor count where
+  processes share a core. The saturated calibration run (cores actors, actor-heavy, every core
+  busy) measures it: y = X_measured / X_cpu(kappa = 0), kappa = (1 - y) / y^2, for every p above
+  the cores (0 while p <= cores); runs at two counts are interpolated linearly in p (the profile
+  makes one: two cost more than the profile's two minutes allow, and measured here 4 actors only
+  ~10 % below the one-count kappa's prediction). That is the knee EMC2'20 measures: the actor count where
   the actors' supply A / a stops being the bound (a learner, the node or the CPU binds instead).
   The bottleneck named is the bound that binds, with its largest term.
 
@@ -367,22 +374,6 @@ def local_costs(job: dict[str, Any]) -> LocalCosts:
     return LocalCosts(step, max(period_1 - step, 0.0), _spread(heavy, "free_step_us"), spread_1)
 
 
-def compute_excess(job: dict[str, Any], compute: str) -> tuple[float, float]:
-    """What a compute backend costs in the local loop beyond its micro figures, compared with cpu's
-    (its threads, its device calls), from its own learner-heavy calibration run: (per step, per
-    update). Zero for cpu and for a backend without a calibration run."""
-    own, cpu = _calibration(job, f"local/{compute}"), _calibration(job, "local")
-    if compute == "cpu" or own is None or cpu is None or "free_step_us" not in own or "free_step_us" not in cpu:
-        return 0.0, 0.0
-    n = job["num_envs"]
-    mine, ref = _parts(job, "prioritized", compute), _parts(job, "prioritized", "cpu")
-    every = _calibrated_publish_every(job)
-    step = (own["free_step_us"] - mine.inference / n) - (cpu["free_step_us"] - ref.inference / n)
-    own_update = 1e6 / own["env_steps_per_s"] - own["free_step_us"] - mine.learn - mine.load / every
-    cpu_update = 1e6 / cpu["env_steps_per_s"] - cpu["free_step_us"] - ref.learn - ref.load / every
-    return step, own_update - cpu_update
-
-
 def _micro_step(parts: _Parts, n: int) -> float:
     return (parts.inference + parts.env + parts.add_step) / n
 
@@ -395,10 +386,9 @@ def predict_local(mapping: Mapping, job: dict[str, Any], schedule: Schedule) -> 
     p = _parts(job, mapping.replay, mapping.compute)
     ref = _parts(job, "prioritized", "cpu")
     costs = local_costs(job)
-    extra_step, extra_update = compute_excess(job, mapping.compute)
     n, k, every = job["num_envs"], schedule.train_every, schedule.publish_every
-    o_step = costs.step - _micro_step(ref, n) + extra_step
-    o_update = costs.update - _micro_update(ref, _calibrated_publish_every(job)) + extra_update
+    o_step = costs.step - _micro_step(ref, n)
+    o_update = costs.update - _micro_update(ref, _calibrated_publish_every(job))
     step_terms = [Term("actor inference", p.inference / n, p.spreads["inference"]), Term("env step", p.env / n, p.spreads["env"]),
                   Term("replay add", p.add_step / n), Term("actor loop", o_step, costs.step_spread)]
     update_terms = [Term("learner update", p.learn / k, costs.update_spread),
@@ -531,6 +521,35 @@ def _kappa_points(job: dict[str, Any], calibrated: DistributedCalibration,
     return tuple(sorted(points))
 
 
+@dataclass(frozen=True)
+class BackendDeltas:
+    """What a compute backend changes in a distributed run against cpu, from its own calibration run
+    (server, learner-bound, one actor): its threads or device calls run beside the other roles
+    there, which neither its micro figures nor a local run (where nothing runs beside it) show."""
+
+    calibrated: bool = False
+    compute_ratio: float = 1.0  # the learner's compute, against cpu's in the same placement
+    wait: float = 0.0
+    loop: float = 0.0
+    free_step: float = 0.0  # the actor's step running alone
+
+
+def backend_deltas(job: dict[str, Any], compute: str) -> BackendDeltas:
+    if compute == "cpu":
+        return BackendDeltas()
+    runs = job.get("calibration") or {}
+    own = next((r for key, r in runs.items() if key.endswith(f"/server/{compute}") and "failed" not in r
+                and "learner_compute_us" in r and "free_step_us" in r), None)
+    cpu = next((r for key, r in runs.items() if key.count("/") == 1 and r.get("placement") == "server"
+                and "failed" not in r and "learner_compute_us" in r and "free_step_us" in r), None)
+    if own is None or cpu is None:
+        return BackendDeltas()
+    return BackendDeltas(True, own["learner_compute_us"] / cpu["learner_compute_us"],
+                         own.get("learner_wait_us", 0.0) - cpu.get("learner_wait_us", 0.0),
+                         own.get("learner_loop_us", 0.0) - cpu.get("learner_loop_us", 0.0),
+                         own["free_step_us"] - cpu["free_step_us"])
+
+
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
     """What lies on the learner's path to its next batch, beyond its own work (module docstring: crit)."""
     if placement == "server":
@@ -567,11 +586,15 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     ref_node = _node(job, calibrated.transport, mapping.placement)
     d_cycle = p.cycle - ref.cycle
     fetch_share = min(1.0, actors * chunk / (k * every))
-    extra_step, extra_update = compute_excess(job, mapping.compute)
+    backend = backend_deltas(job, mapping.compute)
     # the learner's period per update
     rho = calibrated.compute / ref.learn if ref.learn > 0 else 1.0
-    cpu_compute = p.learn * rho  # its work, on a core of its own
-    compute, wait_cal, loop_cal, spreads = cpu_compute, calibrated.wait, calibrated.loop, dict(calibrated.spreads)
+    # its work on a core of its own: a calibrated backend's in-situ ratio to cpu's, else its micro figure
+    share = p.learn if not backend.calibrated else \
+        _parts(job, mapping.replay, "cpu", batch=full // learners).learn * backend.compute_ratio
+    cpu_compute = share * rho
+    compute, spreads = cpu_compute, dict(calibrated.spreads)
+    wait_cal, loop_cal = calibrated.wait + backend.wait, calibrated.loop + backend.loop
     grouped = group_calibration(job) if learners > 1 else None
     queue_cal = 0.0
     if grouped is not None:  # learners in lock-step, as the data-parallel calibration ran them
@@ -583,7 +606,7 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
                                                     + ref_node["node"].get("priorities_us", 0.0))
     weights = max(0.0, calibrated.weights + node["publish_send_us"] / every
                   - ref_node["publish_send_us"] / _calibrated_publish_every(job))
-    loop = loop_cal + extra_update
+    loop = loop_cal
     group = _group_us(job, learners, grouped)
     own = compute + weights + loop + node["priorities_send_us"]
     ref_own = calibrated.compute + calibrated.weights + calibrated.loop + ref_node["priorities_send_us"]
@@ -597,8 +620,9 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     learner = sum(t.us for t in learner_terms) * k
     # the actor running free
     fetch = fetch_share * (node["fetch_rtt_us"] + p.load) / chunk
-    actor_terms = [Term("actor alone", calibrated.free_step, calibrated.spreads["free_step"]),
-                   Term("inference", (p.inference - ref.inference) / n + extra_step, p.spreads["inference"]),
+    actor_terms = [Term("actor alone", calibrated.free_step + backend.free_step, calibrated.spreads["free_step"]),
+                   Term("inference", 0.0 if backend.calibrated else (p.inference - ref.inference) / n,
+                        p.spreads["inference"]),
                    Term("INSERT sends", (_insert_send(node) - _insert_send(ref_node)) / chunk),
                    Term("weight fetches", fetch)]
     a = max(0.2 * calibrated.free_step, sum(t.us for t in actor_terms))

@@ -929,11 +929,12 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     """The calibration runs of a replay-loop job, each for a term of the model (rlbench.plan.model):
     - `local` (one update per env step: learner-heavy) and `local/actor-heavy` (one update per many
       env steps): two equations for the local loop's in-situ cost per env step and per update;
-    - `local/NAME` for each other compute backend: what its threads or device calls cost in a loop;
     - `T/server`, `T/in-network` for each transport T of `calibrate` that was measured usable:
       learner-bound, one actor; the learner's period, the split of it, each role's CPU;
-    - `T/server/saturated-A` (the first of them) for A = cores and 2 x cores actors, actor-heavy, so
-      every core is busy: how much dearer each role's work gets when processes outnumber cores;
+    - `T/server/NAME` (the first of them) for each other compute backend: what its threads or device
+      calls cost beside the other roles (an OpenCL device's threads compete with them for the cores);
+    - `T/server/saturated-A`, A = cores actors, actor-heavy, so every core is busy: how much dearer
+      each role's work gets when processes outnumber cores;
     - `T/server/data-parallel-2` (where the policy is registered and the batch splits): two learners
       in lock-step, learner-bound; their compute, their all-reduce and what they wait for each other
       (a learner a busy core delays makes the other wait at the all-reduce), per update."""
@@ -943,8 +944,6 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
         cpu["publish_us"] / figures["hyperparameters"]["publish_every"]
     heavy = max(8, math.ceil(update / (ACTOR_HEAVY_SHARE * free)))
     runs = [Calibration("local", "local"), Calibration("local/actor-heavy", "local", train_every=heavy, free_phase=False)]
-    runs += [Calibration(f"local/{name}", "local", compute=name) for name, c in figures["compute"].items()
-             if name != "cpu" and c.get("available")]
     algorithm = registry.get("algorithm", job.algo)
     placements = [p for p in ("server", "in-network") if p in algorithm.capabilities.placements]
     nodes = figures.get("replay_node") or {}
@@ -954,8 +953,10 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
                  if "failed" not in nodes.get(f"{name}/{placement}", {"failed": ""})]
     served = [name for name in usable if "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
     if served and "server" in placements:
-        runs += [Calibration(f"{served[0]}/server/saturated-{actors}", "server", served[0], actors=actors,
-                             train_every=heavy, free_phase=False) for actors in (max(2, cores), 2 * max(2, cores))]
+        runs += [Calibration(f"{served[0]}/server/{name}", "server", served[0], compute=name)
+                 for name, c in figures["compute"].items() if name != "cpu" and c.get("available")]
+        runs.append(Calibration(f"{served[0]}/server/saturated-{max(2, cores)}", "server", served[0],
+                                actors=max(2, cores), train_every=heavy, free_phase=False))
         parallel = "data-parallel" in {c.name for c in registry.components("policy")}
         if parallel and 2 in learner_counts(figures["hyperparameters"]["batch_size"]):
             runs.append(Calibration(f"{served[0]}/server/data-parallel-2", "server", served[0], learners=2,
