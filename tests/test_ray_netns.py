@@ -133,10 +133,12 @@ def test_ctrl_c_stops_every_role_on_every_node(cluster, tmp_path):
     assert result["accounting"]["balanced"]
 
 
-def test_losing_an_actors_node_loses_its_actor_and_the_run_goes_on(cluster, tmp_path):
+def test_an_actor_lost_with_its_node_is_replaced_on_a_live_node_and_the_run_finishes_with_two(cluster, tmp_path):
+    """Issue #24: with --actor-restarts, the actor of a lost node gets a new incarnation on the node
+    with a free CPU, and the run ends with the actor count it started with."""
     out = tmp_path / "result.json"
     proc = cluster.popen_rlbench(0, *run_args(cluster, out, "--transport", "tcp", "--steps", "8000",
-                                              *spread(cluster)))
+                                              "--actor-restarts", "1", *spread(cluster)))
     try:
         wait_for_roles(cluster, {(2, "rlb-actor-1"), (1, "rlb-actor-0")}, proc)
         time.sleep(2.0)
@@ -151,9 +153,14 @@ def test_losing_an_actors_node_loses_its_actor_and_the_run_goes_on(cluster, tmp_
     assert result["status"] == "complete", result["status_reason"]
     failures = result["loop"]["failures"]
     assert any(f.startswith("actor-1") and cluster.ips[2] in f for f in failures), failures
-    assert result["throughput"]["env_steps"] >= 8000  # actor-0 carried on to the budget
+    assert result["throughput"]["env_steps"] >= 8000
     assert result["accounting"]["balanced"]
-    assert result["loop"]["roles"]["actor-1"]["host"] == cluster.ips[2]
+    roles = result["loop"]["roles"]
+    assert roles["actor-1"]["host"] == cluster.ips[2]
+    [incarnation] = result["loop"]["actor_incarnations"]
+    assert incarnation["slot"] == "actor-1" and incarnation["replaced_by"] == "actor-2"
+    assert roles["actor-2"]["host"] == cluster.ips[0]  # the live node with a CPU free (b holds replay and actor-0)
+    assert roles["actor-2"]["produced"] > 0 and roles["actor-0"]["produced"] > 0  # two actors to the end
 
 
 def test_losing_the_replay_nodes_node_stops_the_run_with_a_result(cluster, tmp_path):

@@ -525,10 +525,14 @@ class RayLauncher:
         if not nodes:
             raise RoleFailedError(f"{name}: no alive node left to run it on")
         used: dict[str, float] = {}
-        for role in self.roles.values():
-            if role.outcome is None:
+        for role_name_, role in self.roles.items():
+            if role.outcome is None and role_name_ != self.last_failed:
                 used[role.node.node_id] = used.get(role.node.node_id, 0.0) + ROLE_CPUS
-        node = max(nodes, key=lambda n: n.cpus - used.get(n.node_id, 0.0))
+        # among nodes with a CPU free, the dead actor's last: it may be lost before Ray's health checks
+        # say so (seconds), and a replacement sent there dies too
+        dead_node = self.roles[self.last_failed].node.node_id if self.last_failed in self.roles else None
+        node = max(nodes, key=lambda n: (n.cpus - used.get(n.node_id, 0.0) >= ROLE_CPUS, n.node_id != dead_node,
+                                         n.cpus - used.get(n.node_id, 0.0)))
         role = self.roles[name] = _role_actor(self.ray, self.run_tag, name, node, Demand())
         self.placement[name] = node
         return role
