@@ -27,8 +27,9 @@ ENVIRONMENTS = ("CartPole-v1", "CartPole-v0", "Acrobot-v1", "MountainCar-v0", "M
                 "Pendulum-v1", "FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v3", "CliffWalking-v0", "Blackjack-v1",
                 "gpu/CartPole-v1", "gpu/Pendulum-v1", "chain")
 ALGORITHMS = ("dqn", "ddpg", "qlearning", "sarsa")
+POLICIES = ("single-learner", "data-parallel", "device")
 COMPONENTS = {"transport": TRANSPORTS, "replay": REPLAYS, "compute": COMPUTES, "environment": ENVIRONMENTS,
-              "algorithm": ALGORITHMS}
+              "algorithm": ALGORITHMS, "policy": POLICIES}
 PLACEMENTS = ("local", "server", "in-network")  # rlbench.protocols.PLACEMENTS, spelled out for a fixed grid
 
 REPLAY_LOOP_ALGORITHMS = ("dqn", "ddpg")
