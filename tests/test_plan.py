@@ -581,21 +581,29 @@ def test_role_costs_come_from_the_roles_time_splits_and_leave_the_first_wait_out
     assert costs["node_cpu_us"] == pytest.approx(35.0) and costs["node_cores"] == pytest.approx(0.1)
 
 
-def test_a_calibration_setting_repeats_until_its_runs_agree_and_records_their_spread(monkeypatch):
-    rates = iter([1000.0, 1300.0, 1100.0, 1000.0, 1040.0])
+def test_a_calibration_setting_repeats_until_undisturbed_runs_agree_and_records_their_spread(monkeypatch):
+    plan: list[tuple[float, str]] = []
 
     def fake_run(job, figures, setting, *, seed=0, cores=1):
-        return {"seed": seed, "status": "complete", "contended": "other processes used 0.30 cores" if seed == 1 else "",
-                "env_steps_per_s": next(rates), "spread": 0.01, "learner_compute_us": 800.0 + seed}
+        rate, contended = plan[seed]
+        return {"seed": seed, "status": "complete", "contended": contended, "env_steps_per_s": rate, "spread": 0.01,
+                "learner_compute_us": 800.0 + seed}
 
     monkeypatch.setattr(profile, "calibration_run", fake_run)
     setting = profile.Calibration("shm/server", "server", "shm")
-    disagreeing = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
-    assert disagreeing["repeats"] == 3  # 1,000 and 1,300 disagree: a third run
-    assert disagreeing["env_steps_per_s"] == 1100.0 and disagreeing["spread"]["env_steps_per_s"] == pytest.approx(150 / 1100)
-    assert disagreeing["learner_compute_us"] == 801.0 and disagreeing["contended"] == "other processes used 0.30 cores"
-    agreeing = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
-    assert agreeing["repeats"] == 2 and agreeing["spread"]["env_steps_per_s"] == pytest.approx(20 / 1020)
+    busy = "other processes used 0.90 cores"
+    plan[:] = [(1000.0, ""), (1300.0, busy), (1100.0, "")]  # the disturbed run is run again, not averaged in
+    entry = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert len(entry["runs"]) == 3 and entry["repeats"] == 2 and entry["left_out"] == 1 and entry["contended"] == ""
+    assert entry["env_steps_per_s"] == 1050.0 and entry["spread"]["env_steps_per_s"] == pytest.approx(50 / 1050)
+    assert entry["learner_compute_us"] == 801.0  # the median of the kept runs' (800, 802)
+    plan[:] = [(1000.0, ""), (1300.0, ""), (1100.0, ""), (1050.0, "")]  # undisturbed, but apart: up to four runs
+    entry = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert entry["repeats"] == 4 and entry["env_steps_per_s"] == 1075.0
+    assert entry["spread"]["env_steps_per_s"] == pytest.approx(150 / 1075)
+    plan[:] = [(900.0, busy)] * 4  # never quiet: all four kept, and the entry says it was contended
+    entry = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert entry["repeats"] == 4 and entry["left_out"] == 0 and entry["contended"] == busy
 
 
 def test_calibration_settings_name_the_runs_the_model_reads():
@@ -656,27 +664,31 @@ def test_the_holdout_draws_reproducibly_from_mappings_the_profile_never_calibrat
     assert drawn != validation.holdout_rows(plan, document, 8, seed=4, exclude=top)
 
 
-def test_a_validation_run_repeats_until_its_runs_agree(monkeypatch):
+def test_a_validation_run_repeats_until_undisturbed_runs_agree(monkeypatch):
     document = handmade()
     plan = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, only={"placement": "local", "compute": "cpu",
                                                                               "replay": "prioritized"})
-    rates = iter([1000.0, 1300.0, 1100.0, 1000.0, 1040.0])
+    runs: dict[int, tuple[float, float]] = {}  # seed -> (rate, other processes' cores)
     seeds = []
 
     def fake_run(config):
         seeds.append(config.seed)
-        rate = next(rates)
+        rate, others = runs[config.seed]
         curve = _curve((1000, 20_000.0), (config.steps - 1000, rate))
         return {"status": "complete", "throughput": {"env_steps": curve[-1]["step"]}, "learning_curve": curve,
-                "machine_state": {"other_processes_cores": 0.3 if config.seed == 6 else 0.0}}
+                "machine_state": {"other_processes_cores": others}}
 
     monkeypatch.setattr(rlbench, "run", fake_run)
-    disagreeing = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, seed=5)
-    assert seeds == [5, 6, 7] and disagreeing.runs == pytest.approx([1000.0, 1300.0, 1100.0])
-    assert disagreeing.measured == pytest.approx(1100.0) and disagreeing.spread == pytest.approx(150 / 1100)
-    assert disagreeing.contended == "other processes used 0.30 cores"  # one disturbed run marks the check
-    agreeing = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, seed=5)
-    assert len(agreeing.runs) == 2 and agreeing.measured == pytest.approx(1020.0)
+    runs.update({5: (1000.0, 0.0), 6: (1300.0, 0.9), 7: (1100.0, 0.0)})
+    disturbed = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, seed=5)
+    assert seeds == [5, 6, 7] and disturbed.runs == pytest.approx([1000.0, 1100.0]) and disturbed.left_out == 1
+    assert disturbed.measured == pytest.approx(1050.0) and disturbed.spread == pytest.approx(50 / 1050, rel=1e-3)
+    assert disturbed.contended == ""  # what it measured was measured undisturbed
+    runs.update({5: (1000.0, 0.9), 6: (1300.0, 0.9), 7: (1100.0, 0.9), 8: (1200.0, 0.9)})
+    seeds.clear()
+    busy = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, seed=5)
+    assert seeds == [5, 6, 7, 8] and busy.measured == pytest.approx(1150.0)  # never quiet: all, and said so
+    assert busy.contended == "other processes used 0.90 cores"
 
 
 def test_a_gain_check_sets_the_measured_gain_beside_the_predicted_one():

@@ -250,7 +250,8 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
                 continue
             spread = (run.get("spread") or {}).get("env_steps_per_s")
             line = (f"  calibration {name:<22} {run['env_steps_per_s']:9,.0f} env steps/s"
-                    + (f" ±{spread:.1%}" if spread is not None else "") + f" ({run['repeats']} runs")
+                    + (f" ±{spread:.1%}" if spread is not None else "") + f" ({run['repeats']} runs"
+                    + (f", {run['left_out']} disturbed left out" if run.get("left_out") else ""))
             if run.get("free_step_us"):
                 line += f"; actor alone {run['free_step_us']:.1f} us/step"
             if run.get("learner_compute_us"):
@@ -459,8 +460,8 @@ def plan_json(plan: Any, top: int) -> dict[str, Any]:
 def check_json(check: Any) -> dict[str, Any]:
     return {"kind": check.kind, "rank": check.rank, "mapping": check.mapping.label(), "predicted": check.predicted,
             "predicted_spread": check.prediction.spread, "measured": check.measured, "spread": check.spread,
-            "runs": check.runs, "error": check.error, "measured_updates_per_s": check.measured_updates_per_s,
-            "predicted_updates_per_s": check.prediction.updates_per_s, "status": check.status, "steps": check.steps,
+            "runs": check.runs, "left_out": check.left_out, "error": check.error,
+            "measured_updates_per_s": check.measured_updates_per_s, "predicted_updates_per_s": check.prediction.updates_per_s, "status": check.status, "steps": check.steps,
             "window_s": check.window_s, "contended": check.contended, "machine_state": check.machine}
 
 
@@ -580,7 +581,8 @@ def _energy_line(power: Any, host: dict[str, Any]) -> str:
 def _machine_cell(check: Any) -> str:
     from rlbench.plan.measure import machine_note
 
-    return machine_note(check.machine) + (f" ({check.contended})" if check.contended else "")
+    return machine_note(check.machine) + (f" ({check.contended})" if check.contended else "") + \
+        (f"; {check.left_out} disturbed run{'s' if check.left_out > 1 else ''} left out" if check.left_out else "")
 
 
 def format_checks(checks: list[Any], summary: dict[str, Any], *, seconds: float, offline: bool) -> str:

@@ -85,6 +85,24 @@ def steady_rate(result: dict[str, Any], start_step: int, end_step: float = float
                   len(points))
 
 
+def enough(rates: list[tuple[float | None, str]], minimum: int, most: int, agreement: float) -> bool:
+    """Whether repeated runs, each (its rate or None, what disturbed it or ""), are enough: `minimum`
+    undisturbed ones that agree within `agreement` ((max - min) / median), or `most` runs in all.
+    Someone else's load on a shared machine comes and goes: a disturbed run is run again rather than
+    averaged in."""
+    if len(rates) >= most:
+        return True
+    quiet = [rate for rate, disturbed in rates if rate is not None and not disturbed]
+    return len(quiet) >= minimum and combine(quiet)[1] <= agreement / 2
+
+
+def kept(runs: list[dict[str, Any]], rate: str = "rate") -> list[dict[str, Any]]:
+    """The runs a figure is made of: the measured undisturbed ones, or all measured where none was."""
+    measured = [run for run in runs if run.get(rate) is not None]
+    quiet = [run for run in measured if not run.get("contended")]
+    return quiet or measured
+
+
 def combine(values: list[float]) -> tuple[float, float]:
     """(median, relative half range) of repeated measurements of one figure."""
     middle = statistics.median(values)

@@ -100,9 +100,9 @@ TRANSPORT_CASE_S = 0.1  # seconds per transport benchmark case (size x mode)
 CALIBRATION_FREE_S = 0.4  # a calibration run's warm-up: long enough to time the actor alone
 CALIBRATION_STEADY_S = 1.5  # a calibration run's steady window (after warm-up and the limiter's slack) ...
 CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough episodes end in it)
-CALIBRATION_REPEATS = 2  # runs per calibration setting ...
-CALIBRATION_MAX_REPEATS = 3  # ... and one more, up to this, while their rates spread more than
-CALIBRATION_AGREEMENT = 0.10  # (max - min) / median
+CALIBRATION_REPEATS = 2  # undisturbed runs per calibration setting that agree within ...
+CALIBRATION_AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to
+CALIBRATION_MAX_REPEATS = 4
 ACTOR_HEAVY_SHARE = 0.25  # an actor-heavy calibration run trains so rarely that the learner's work per env
 # step is about this share of the actor's
 
@@ -1028,26 +1028,25 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
 
 def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, progress: Progress, *,
                       cores: int = 1) -> dict[str, Any]:
-    """CALIBRATION_REPEATS runs of a setting (one more while they disagree by more than
-    CALIBRATION_AGREEMENT, up to CALIBRATION_MAX_REPEATS); each figure is their median, its spread
-    the larger of the runs' half range and the steady windows' own spread."""
+    """Runs of a setting until CALIBRATION_REPEATS undisturbed ones agree within CALIBRATION_AGREEMENT,
+    or CALIBRATION_MAX_REPEATS in all (`measure.enough`); each figure is the median of the runs kept
+    (`measure.kept`: the undisturbed ones, where there are any), its spread the larger of their half
+    range and the steady windows' own spread. Runs left out stay in the entry, saying why."""
     runs: list[dict[str, Any]] = []
-    while len(runs) < CALIBRATION_MAX_REPEATS:
+    while not measure.enough([(r.get("env_steps_per_s"), r["contended"]) for r in runs], CALIBRATION_REPEATS,
+                             CALIBRATION_MAX_REPEATS, CALIBRATION_AGREEMENT):
         t0 = time.perf_counter()
         run = calibration_run(job, figures, setting, seed=len(runs), cores=cores)
         runs.append(run)
         progress(f"{job.key}: calibration run {setting.key} #{len(runs)} ({time.perf_counter() - t0:.1f} s"
                  + (f", {run['env_steps_per_s']:,.0f} env steps/s" if "env_steps_per_s" in run else f": {run['failed']}")
                  + (f"; contended: {run['contended']}" if run["contended"] else "") + ")")
-        rates = [r["env_steps_per_s"] for r in runs if "env_steps_per_s" in r]
-        if len(runs) >= CALIBRATION_REPEATS and len(rates) >= 2 and measure.combine(rates)[1] <= CALIBRATION_AGREEMENT / 2:
-            break
+    good = measure.kept(runs, "env_steps_per_s")
     entry: dict[str, Any] = {"placement": setting.placement, "transport": setting.transport, "compute": setting.compute,
                              "actors": setting.actors, "train_every": setting.train_every, "learners": setting.learners,
                              "method": "steady windows of repeated calibration runs (rlbench.plan.measure)",
-                             "runs": runs, "repeats": len(runs),
-                             "contended": "; ".join(sorted({r["contended"] for r in runs if r["contended"]}))}
-    good = [r for r in runs if "env_steps_per_s" in r]
+                             "runs": runs, "repeats": len(good), "left_out": len(runs) - len(good),
+                             "contended": "; ".join(sorted({r["contended"] for r in good if r["contended"]}))}
     if not good:
         return {**entry, "failed": runs[-1].get("failed", "no run measured")}
     entry["spread"] = {}

@@ -5,9 +5,11 @@ What is compared. Replay-loop algorithms: env steps/s in the run's steady window
 after learning_starts and the rate limiter's slack, the least-squares rate through the episodes
 that ended there, with the spread of its stretches), against the model's steady prediction. Each
 run lasts its warm-up plus `seconds` of steady window at the predicted rate (a wall-clock cap
-stops one that is far slower than predicted; its window is then what it ran). `repeats` runs per
-mapping with different seeds (one more while they disagree by more than AGREEMENT) give the median
-and, with the windows' own spread, the spread: how far the measurement itself can be trusted.
+stops one that is far slower than predicted; its window is then what it ran). A mapping runs with
+seeds seed, seed + 1, ... until `repeats` runs that no other process disturbed agree within
+AGREEMENT, or `repeats` + EXTRA_RUNS runs in all (`measure.enough`); the measured figure is the
+median of the undisturbed ones (all, where none was), its spread the larger of their half range and
+the windows' own: how far the measurement itself can be trusted.
 Offline tabular learning: updates/s of `fit_offline` (its own timed span, dataset loading excluded;
 the median of OFFLINE_REPEATS runs), predicted as what runs here; a backend's modelled hardware
 time is printed beside it and never validated (no hardware here).
@@ -34,8 +36,9 @@ from rlbench.plan.planner import Plan, Row, learner_gains
 
 OFFLINE_REPEATS = 5
 DEFAULT_SECONDS = 4.0  # steady window of a validation run, at the predicted rate
-DEFAULT_REPEATS = 2  # runs per mapping (seeds seed, seed + 1); one more while they disagree by more than
-AGREEMENT = 0.10  # (max - min) / median
+DEFAULT_REPEATS = 2  # undisturbed runs per mapping (seeds seed, seed + 1, ...) that agree within ...
+AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to EXTRA_RUNS more
+EXTRA_RUNS = 2
 CAP_FACTOR = 12  # a run is stopped after this many times its planned duration (60 s at least)
 MIN_STEADY_STEPS = 1_500  # env steps of steady window at least
 
@@ -53,7 +56,8 @@ class Check:
     status: str = ""
     steps: int = 0
     window_s: float | None = None  # the steady window's length (of the median run)
-    runs: list[float] = field(default_factory=list)  # each run's measured rate
+    runs: list[float] = field(default_factory=list)  # each kept run's measured rate
+    left_out: int = 0  # runs disturbed by other processes, left out for undisturbed ones
     machine: dict[str, Any] = field(default_factory=dict)  # the last run's machine state
     contended: str = ""  # what disturbed any of its runs
 
@@ -88,37 +92,32 @@ def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAUL
     planned, warm = budget(plan, mapping, prediction, seconds)
     steps = steps or planned
     cap = max(60.0, CAP_FACTOR * seconds)
-    windows: list[measure.Steady] = []
-    runs = 0
-    while runs < repeats or (runs == repeats and _disagree(windows)):
-        result = rlbench.run(mapping.config(steps=steps, seconds=cap, eval_episodes=0, seed=seed + runs))
-        runs += 1
+    runs: list[dict[str, Any]] = []
+    while not measure.enough([(r["rate"], r["contended"]) for r in runs], repeats, repeats + EXTRA_RUNS, AGREEMENT):
+        result = rlbench.run(mapping.config(steps=steps, seconds=cap, eval_episodes=0, seed=seed + len(runs)))
         check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
         check.steps = result["throughput"]["env_steps"]
-        check.machine = result.get("machine_state") or {}
-        why = measure.contention(check.machine)
-        if why:
-            check.contended = why
+        state = result.get("machine_state") or {}
         steady = measure.steady_rate(result, measure.window_start(warm, check.steps))
-        if steady is not None:
-            windows.append(steady)
+        runs.append({"rate": steady.rate if steady else None, "window": steady, "contended": measure.contention(state),
+                     "machine": state})
     check.predicted = prediction.env_steps_per_s
-    if not windows:
+    kept = measure.kept(runs)
+    check.left_out = len(runs) - len(kept)
+    if not kept:
         check.status += "; too few episodes in the steady window to measure it"
+        check.machine = runs[-1]["machine"]
         return check
-    check.runs = [w.rate for w in windows]
+    check.machine = kept[-1]["machine"]
+    check.contended = "; ".join(sorted({r["contended"] for r in kept if r["contended"]}))
+    check.runs = [r["rate"] for r in kept]
     check.measured, across = measure.combine(check.runs)
-    within = [w.spread for w in windows if math.isfinite(w.spread)]
+    within = [r["window"].spread for r in kept if math.isfinite(r["window"].spread)]
     check.spread = max(across, statistics.median(within) if within else 0.0)
-    middle = min(windows, key=lambda w: abs(w.rate - check.measured))
-    check.window_s = middle.seconds
+    middle = min(kept, key=lambda r: abs(r["rate"] - check.measured))
+    check.window_s = middle["window"].seconds
     check.measured_updates_per_s = check.measured / plan.schedule.train_every
     return check
-
-
-def _disagree(windows: list[measure.Steady]) -> bool:
-    """Two or more runs whose rates spread more than AGREEMENT: one more run tells which is off."""
-    return len(windows) >= 2 and measure.combine([w.rate for w in windows])[1] > AGREEMENT / 2
 
 
 def _run_offline(check: Check, seed: int) -> Check:
