@@ -369,7 +369,7 @@ BENCH_COMMANDS = (("rlbench.bench.transport", "command"), ("rlbench.bench.replay
                   ("rlbench.bench.runtime", "placement_command"), ("rlbench.bench.runtime", "actors_command"),
                   ("rlbench.bench.matrix", "command"), ("rlbench.cluster.cli", "launchers_command"),
                   ("rlbench.bench.access", "command"), ("rlbench.bench.attacks", "command"),
-                  ("rlbench.bench.policies", "command"),
+                  ("rlbench.bench.policies", "command"), ("rlbench.bench.scale", "command"),
                   ("rlbench.bench.weights", "command"))
 
 
