@@ -10,7 +10,10 @@ for dir in plugins/*/tests examples/*/tests; do
   if [ -d "$dir" ]; then paths+=("$dir"); fi
 done
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" "${paths[@]}" || status=$?
+# Two workers (pytest-xdist): most tests wait on processes they start, so two share the 2 cores well;
+# conftest.py keeps a file's tests, every Ray/namespace test and each plugin's tests on one worker.
+# RLBENCH_TEST_WORKERS=0 runs them in this process.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${RLBENCH_TEST_WORKERS:-2}" --dist loadgroup "$@" "${paths[@]}" || status=$?
 # Runs even when the suite failed, so one run reports both; the suite's status wins.
 sanitized=0
 bash scripts/sanitized-native-tests.sh || sanitized=$?

@@ -186,6 +186,23 @@ def kill_role_when_running(name: str, after_s: float, killed: list) -> threading
     return thread
 
 
+def semaphores_of_group(pgid: int) -> set[str]:
+    """The named POSIX semaphores (/dev/shm/sem.*) that the processes of a process group have mapped."""
+    named: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pgid:
+                continue
+            maps = (entry / "maps").read_text()
+        except (OSError, ProcessLookupError):
+            continue  # gone meanwhile
+        named |= {line.split(maxsplit=5)[5] for line in maps.splitlines()
+                  if len(line.split(maxsplit=5)) == 6 and line.split(maxsplit=5)[5].startswith("/dev/shm/sem.")}
+    return named
+
+
 def killed_mid_way(directory: Path, *args: str, at_env_steps: int, timeout: float = 120) -> dict:
     """`rlbench run ... --checkpoint-dir directory` in its own process group, SIGKILLed (every process of
     the run, at once) once a checkpoint past `at_env_steps` is complete; returns that checkpoint's record."""
@@ -206,8 +223,11 @@ def killed_mid_way(directory: Path, *args: str, at_env_steps: int, timeout: floa
             time.sleep(0.05)
         time.sleep(0.3)  # into the next checkpoint's interval: killed at no particular moment
     finally:
+        named = semaphores_of_group(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+        for path in named:  # SIGKILL took multiprocessing's resource tracker too: nobody else unlinks them
+            Path(path).unlink(missing_ok=True)
     from rlbench.runtime import checkpoint
 
     return checkpoint.latest(directory)

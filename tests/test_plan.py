@@ -458,7 +458,9 @@ def test_a_short_validation_measures_each_run_in_its_steady_window():
                                only={"placement": "local"})
     local = replay.rows[0]
     check = validation.run_check(replay, local, local.rank, seconds=0.3, repeats=1)
-    assert check.status == "complete" and check.steps > 200 and len(check.runs) == 1
+    # one run, or more where other processes disturbed it (never more than the extra runs allow)
+    assert check.status == "complete" and check.steps > 200
+    assert 1 <= len(check.runs) + check.left_out <= 1 + validation.EXTRA_RUNS
     assert check.measured > 0 and math.isfinite(check.error) and check.window_s > 0
     assert check.measured_updates_per_s == pytest.approx(check.measured / replay.schedule.train_every)
     summary = validation.summary(checks + [check])
