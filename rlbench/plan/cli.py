@@ -300,8 +300,8 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
 @click.option("--seconds", type=click.FloatRange(min=0.2), default=4.0, show_default=True,
               help="Steady window of each validation, check or sweep run (after its warm-up), at the predicted rate.")
 @click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Runs per validated or checked mapping (seeds SEED, SEED+1, ...; one more while they disagree by "
-                   "more than 10 %); their spread is reported.")
+              help="Undisturbed runs per validated or checked mapping (seeds SEED, SEED+1, ...; up to 2 more while they "
+                   "disagree by more than 10 % or other processes disturbed them); their spread is reported.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the runs and of the holdout draw.")
 @click.option("-o", "--out", default="plan.toml", show_default=True, type=click.Path(dir_okay=False),
               help="Where to write the chosen plan (a run file: `rlbench run --plan FILE`).")
