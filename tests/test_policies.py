@@ -238,3 +238,15 @@ def test_bench_policies_puts_each_policy_beside_the_others():
     assert rows["data-parallel x2"]["parameters_identical"] is True
     assert rows["data-parallel x2"]["allreduce_ms_per_update"] > 0 and 0 < rows["data-parallel x2"]["allreduce_share"] < 1
     assert rows["single-learner x1"]["allreduce_ms_per_update"] is None
+
+
+def test_gloo_is_pointed_at_the_interface_that_reaches_the_store(monkeypatch):
+    from rlbench.runtime.policies.data_parallel import gloo_interface
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert gloo_interface("127.0.0.1", 29500) == "lo"  # the route to the store leaves through loopback
+    import os
+
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")  # the user's choice stands
+    assert gloo_interface("127.0.0.1", 29500) == "eth7"

@@ -37,6 +37,37 @@ COLLECTIVE_TIMEOUT_S = 60.0  # a collective that cannot finish (a learner gone w
 IDENTICAL_RTOL = 1e-9  # relative spread of the learners' parameter checksums still called identical
 
 
+def gloo_interface(store_host: str, port: int) -> str | None:
+    """Point gloo at the interface this host reaches the store through (GLOO_SOCKET_IFNAME), unless the
+    user chose one. Left alone, gloo binds to the address its host name resolves to: 127.0.0.1 or
+    127.0.1.1 on many hosts (Debian's /etc/hosts), which a learner on another host or network namespace
+    then dials, and the group never forms. None where no IPv4 interface holds that address."""
+    import fcntl
+    import os
+    import socket
+    import struct
+
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return os.environ["GLOO_SOCKET_IFNAME"]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((store_host, port))  # no datagram: the kernel only picks the route and source
+            source = probe.getsockname()[0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as query:
+            for _, name in socket.if_nameindex():
+                request = struct.pack("256s", name.encode()[:15])
+                try:
+                    address = socket.inet_ntoa(fcntl.ioctl(query.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
+                except OSError:  # no IPv4 address on it
+                    continue
+                if address == source:
+                    os.environ["GLOO_SOCKET_IFNAME"] = name
+                    return name
+    except OSError:  # an IPv6 store, or no route: gloo's own choice
+        return None
+    return None
+
+
 class GroupEnded(RlbenchError):
     """Another learner of the group reached the end of the run: this one stops at the same step."""
 
@@ -73,9 +104,12 @@ class TorchLearnerGroup:
         if rank == 0:  # the store listens on a free port of this host, then says where
             self._store = dist.TCPStore(host, 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
             announce(f"{host}:{self._store.port}")
+            store_host, port = host, self._store.port
         else:
             store_host, _, port = rendezvous.rpartition(":")
-            self._store = dist.TCPStore(store_host.strip("[]"), int(port), world, is_master=False, timeout=timeout)
+            store_host = store_host.strip("[]")
+            self._store = dist.TCPStore(store_host, int(port), world, is_master=False, timeout=timeout)
+        gloo_interface(store_host, int(port))
         self._timeout = timeout
         self._backend = "gloo"
         self._joined = False
