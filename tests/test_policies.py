@@ -247,6 +247,8 @@ def test_gloo_is_pointed_at_the_interface_that_reaches_the_store(monkeypatch):
     assert gloo_interface("127.0.0.1", 29500) == "lo"  # the route to the store leaves through loopback
     import os
 
-    assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+    # not left in the environment: a Ray node started later from this process would inherit it (found so:
+    # the conformance kit's group of one set lo here, and learners on namespace hosts then dialled loopback)
+    assert "GLOO_SOCKET_IFNAME" not in os.environ
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")  # the user's choice stands
     assert gloo_interface("127.0.0.1", 29500) == "eth7"

@@ -38,8 +38,8 @@ IDENTICAL_RTOL = 1e-9  # relative spread of the learners' parameter checksums st
 
 
 def gloo_interface(store_host: str, port: int) -> str | None:
-    """Point gloo at the interface this host reaches the store through (GLOO_SOCKET_IFNAME), unless the
-    user chose one. Left alone, gloo binds to the address its host name resolves to: 127.0.0.1 or
+    """The interface this host reaches the store through, for gloo (GLOO_SOCKET_IFNAME while the group
+    forms), unless the user chose one. Left alone, gloo binds to the address its host name resolves to: 127.0.0.1 or
     127.0.1.1 on many hosts (Debian's /etc/hosts), which a learner on another host or network namespace
     then dials, and the group never forms. None where no IPv4 interface holds that address."""
     import fcntl
@@ -61,7 +61,6 @@ def gloo_interface(store_host: str, port: int) -> str | None:
                 except OSError:  # no IPv4 address on it
                     continue
                 if address == source:
-                    os.environ["GLOO_SOCKET_IFNAME"] = name
                     return name
     except OSError:  # an IPv6 store, or no route: gloo's own choice
         return None
@@ -109,7 +108,7 @@ class TorchLearnerGroup:
             store_host, _, port = rendezvous.rpartition(":")
             store_host = store_host.strip("[]")
             self._store = dist.TCPStore(store_host, int(port), world, is_master=False, timeout=timeout)
-        gloo_interface(store_host, int(port))
+        self._interface = gloo_interface(store_host, int(port))
         self._timeout = timeout
         self._backend = "gloo"
         self._joined = False
@@ -140,8 +139,19 @@ class TorchLearnerGroup:
                                "policy data-parallel needs a learner that trains with one")
         device = next(p for o in self._optimizers for g in o.param_groups for p in g["params"]).device
         self._backend = "nccl" if device.type == "cuda" else "gloo"
-        self._dist.init_process_group(self._backend, store=self._store, rank=self.rank, world_size=self.world,
-                                      timeout=self._timeout)
+        import os
+
+        # gloo reads its interface as the group forms; set only for that moment, so that processes this one
+        # starts later (a Ray node, another run) do not inherit this run's interface
+        chosen = os.environ.get("GLOO_SOCKET_IFNAME")
+        if chosen is None and self._interface:
+            os.environ["GLOO_SOCKET_IFNAME"] = self._interface
+        try:
+            self._dist.init_process_group(self._backend, store=self._store, rank=self.rank, world_size=self.world,
+                                          timeout=self._timeout)
+        finally:
+            if chosen is None:
+                os.environ.pop("GLOO_SOCKET_IFNAME", None)
         self._joined = True
         for index, optimizer in enumerate(self._optimizers):
             parameters = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
