@@ -198,8 +198,8 @@ def semaphores_of_group(pgid: int) -> set[str]:
             maps = (entry / "maps").read_text()
         except (OSError, ProcessLookupError):
             continue  # gone meanwhile
-        named |= {line.split(maxsplit=5)[5] for line in maps.splitlines()
-                  if len(line.split(maxsplit=5)) == 6 and line.split(maxsplit=5)[5].startswith("/dev/shm/sem.")}
+        fields = (line.split(maxsplit=5) for line in maps.splitlines())
+        named |= {f[5] for f in fields if len(f) == 6 and f[5].startswith("/dev/shm/sem.")}
     return named
 
 
