@@ -238,6 +238,37 @@ def test_udp_reassembly_is_bounded_per_peer_in_all_and_in_peers():
         listener.close()
 
 
+def test_udp_a_flooding_peer_dropped_and_rejoining_over_and_over_takes_one_turn_like_everyone():
+    """The stranger-flood of issue #21: a peer dropped after each burst comes straight back (same
+    address, its socket's queue never empty). Its socket must stay in turn once: it was put in turn
+    again at each rejoin, so an honest peer's message waited behind thousands of the flooder's turns."""
+    listener = UdpTransport().listen()
+    honest, flooder = UdpTransport().connect(listener.address), UdpTransport().connect(listener.address)
+    try:
+        honest.send(b"hello")
+        honest_id = next(peer for peer, message in drain(listener, 0.2) if bytes(message) == b"hello")
+        for _ in range(150):  # bursts longer than the listener's look for newly readable sockets
+            for _ in range(40):
+                flooder.send(b"flood")
+            taken = 0
+            while taken < 33:
+                got = listener.recv(timeout=1)
+                assert got is not None and got[0] != honest_id
+                taken += 1
+            listener.drop(got[0])
+        honest.send(b"honest")
+        for waited in range(1, 1000):
+            peer, message = listener.recv(timeout=1)
+            if peer == honest_id:
+                break
+        assert bytes(message) == b"honest"
+        assert waited <= 40  # the flooder's turns until the next look, then one each
+    finally:
+        honest.close()
+        flooder.close()
+        listener.close()
+
+
 def test_udp_datagrams_whose_fields_do_not_add_up_are_malformed_and_cost_nothing():
     listener = UdpTransport().listen()
     address = host_port(listener.address)

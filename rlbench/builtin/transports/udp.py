@@ -71,9 +71,9 @@ _RCVBUF = 4 << 20
 # The most messages one datagram may show as lost (a gap in its peer's sequence): far more than a
 # burst loss of a sender that waits for replies, far less than the 2**31 a lying peer could claim.
 _MAX_GAP = 1 << 16
-_PUMP_ON_SEND = 256
+_PUMP_ON_SEND = 256  # datagrams a listener's send handles before it queues a message behind a send under way
 _PEER_RCVBUF = 1 << 20  # the kernel's queue for one peer's socket (a listener's)
-_SELECT_EVERY = 32  # datagrams a listener takes between looks for newly readable sockets  # datagrams a listener's send handles before it queues a message behind a send under way
+_SELECT_EVERY = 32  # datagrams a listener takes between looks for newly readable sockets
 
 
 class _Partial:
@@ -527,11 +527,14 @@ class UdpListener(_UdpEndpoint):
         self._selector = selectors.DefaultSelector()
         self._selector.register(sock, selectors.EVENT_READ)
         self._turns: collections.deque[socket.socket] = collections.deque()  # readable sockets, in turn
-        self._in_turn: set[int] = set()  # their descriptors
-        self._owner: dict[int, _Peer] = {}  # descriptor -> the peer a socket is connected to
+        # The sockets in turn, by object: a closed socket's descriptor number is soon another's, and a
+        # set of numbers kept a new peer's socket out of turn (its datagrams unread for seconds).
+        self._in_turn: set[socket.socket] = set()
+        self._owner: dict[socket.socket, _Peer] = {}  # the peer a socket is connected to
         # Sockets of peers that left, kept until read dry: what is queued in one may come from a new
         # connection at the same address (a reused port), which takes the socket over when it joins.
         self._retiring: dict[Any, socket.socket] = {}
+        self._retired_from: dict[socket.socket, Any] = {}  # the same, by socket
         self._since_select = 0
         self._by_addr: dict[Any, _Peer] = {}
         self._by_id: dict[int, _Peer] = {}
@@ -562,12 +565,14 @@ class UdpListener(_UdpEndpoint):
         peer = _Peer(next(self._next_peer), addr)
         self._by_addr[addr] = self._by_id[peer.id] = peer
         peer.sock = self._retiring.pop(addr, None)
-        if peer.sock is None:
+        if peer.sock is not None:
+            del self._retired_from[peer.sock]
+        else:
             peer.sock = self._own_socket(addr)
             if peer.sock is not None:
                 self._selector.register(peer.sock, selectors.EVENT_READ)
         if peer.sock is not None:
-            self._owner[peer.sock.fileno()] = peer
+            self._owner[peer.sock] = peer
         self._send_control(_WELCOME, addr, index=peer.id)
         return peer
 
@@ -594,10 +599,9 @@ class UdpListener(_UdpEndpoint):
         del self._by_addr[peer.addr], self._by_id[peer.id]
         self._forget(peer)
         if peer.sock is not None:
-            del self._owner[peer.sock.fileno()]
-            self._retiring[peer.addr] = peer.sock
-            self._in_turn.discard(peer.sock.fileno())  # (read it again: it may hold a newcomer's datagrams)
-            self._selector.modify(peer.sock, selectors.EVENT_READ)
+            del self._owner[peer.sock]
+            self._retiring[peer.addr], self._retired_from[peer.sock] = peer.sock, peer.addr
+            self._put_in_turn(peer.sock)  # read it dry: it may hold a newcomer's datagrams
             peer.sock = None
         if self._sending.pop(peer.id, None) is not None:
             if peer.transfer is not None:
@@ -637,18 +641,15 @@ class UdpListener(_UdpEndpoint):
         while True:
             while turns:
                 sock = turns.popleft()
-                descriptor = sock.fileno()
-                if descriptor < 0:  # closed meanwhile
-                    continue
                 try:
                     n, addr = sock.recvfrom_into(self._buffer)
                 except BlockingIOError:  # drained: out of turn until the selector says so again
-                    self._in_turn.discard(descriptor)
+                    self._in_turn.discard(sock)
                     self._retire_if_dry(sock)
                     continue
                 except ConnectionRefusedError:  # ICMP port unreachable: that peer is gone
-                    self._in_turn.discard(descriptor)
-                    peer = self._owner.get(descriptor)
+                    self._in_turn.discard(sock)
+                    peer = self._owner.get(sock)
                     return -1, None if peer is None else peer.addr
                 turns.append(sock)  # it may hold more: its next turn is after the others'
                 self._since_select += 1
@@ -662,20 +663,21 @@ class UdpListener(_UdpEndpoint):
         self._since_select = 0
         events = self._selector.select(timeout)
         for key, _ in events:
-            descriptor = key.fd
-            if descriptor not in self._in_turn:
-                self._in_turn.add(descriptor)
-                self._turns.append(key.fileobj)
+            self._put_in_turn(key.fileobj)
         return bool(events)
+
+    def _put_in_turn(self, sock: socket.socket) -> None:
+        if sock not in self._in_turn:  # once: a socket twice in turn would take two turns per round
+            self._in_turn.add(sock)
+            self._turns.append(sock)
 
     def _retire_if_dry(self, sock: socket.socket) -> None:
         """Close a departed peer's socket once nothing is queued in it (no newcomer took it over)."""
-        for addr, retiring in self._retiring.items():
-            if retiring is sock:
-                del self._retiring[addr]
-                self._selector.unregister(sock)
-                sock.close()
-                return
+        addr = self._retired_from.pop(sock, None)
+        if addr is not None:
+            del self._retiring[addr]
+            self._selector.unregister(sock)
+            sock.close()
 
     def _advance(self, peer: _Peer) -> None:
         """Move the peer's sends on as far as its acknowledgements allow, without waiting."""
