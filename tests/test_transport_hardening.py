@@ -329,6 +329,9 @@ def test_shm_peer_that_stops_mid_message_does_not_stop_the_listener_and_is_dropp
     stalled = start_stalled_peer(listener.address)
     try:
         still_serves(listener, honest, b"hello")
+        deadline = time.monotonic() + 5  # the accept thread hands the stalled peer over when it gets the lock
+        while len(listener.peers) < 2 and time.monotonic() < deadline:
+            still_serves(listener, honest, b"admitting")
         for i in range(5):  # served while the stalled peer's half message sits in its ring
             still_serves(listener, honest, b"ping %d" % i, timeout=2)
         assert listener.stats["reassembly_timeouts"] == 0 and len(listener.peers) == 2
