@@ -74,6 +74,7 @@ class ReplayClient:
         waited, cpu_started = time.perf_counter_ns(), thread_time_ns()
         reply = self.channel.finish(request)[1]
         self.blocked["replay"] += time.perf_counter_ns() - waited
+        self.cpu["replay"] += thread_time_ns() - cpu_started  # a spinning wait (shm) is CPU in replay, not ours
         self._inserted(reply, started, cpu_started, blocked=False)
 
     def _inserted(self, reply: dict[str, np.ndarray], started: int, cpu_started: int, *,
