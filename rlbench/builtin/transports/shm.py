@@ -186,27 +186,41 @@ class _Endpoint:
         return self.dead
 
     # -- producing ----------------------------------------------------------------------------
+    def _put_one(self, parts: tuple[Any, ...]) -> bool:
+        """The common message: one byte-like part written as one record where the head is, if the
+        ring has room for it now (the far side's tail is read again only when the one seen is short);
+        False, with nothing written, otherwise."""
+        if len(parts) != 1:
+            return False
+        part = parts[0]
+        kind = type(part)
+        if not (kind is bytes or kind is bytearray or (kind is memoryview and part.format == "B" and part.ndim == 1)):
+            return False
+        total = len(part)
+        need = 8 + ((total + 7) & ~7)
+        head = self.head
+        position = head & self.mask
+        capacity = self.capacity
+        if total > self.record_limit or position + need > capacity:
+            return False
+        if head + need - self.tail_seen > capacity:
+            self.tail_seen = self.tx_control[_TAIL]
+            if head + need - self.tail_seen > capacity:
+                return False
+        data = self.tx_data
+        _pack_record(data, position, total, 0)
+        data[position + 8:position + 8 + total] = part
+        self.head = head = head + need
+        self.tx_control[0] = head  # publish after the payload (x86 TSO keeps the order)
+        self.n_sent += 1
+        self.bytes_sent += total
+        if self.tx_control[_SLEEPING]:
+            self.ring()
+        return True
+
     def put(self, parts: tuple[Any, ...]) -> None:
-        if len(parts) == 1:  # fast path: one byte-like part that fits where the head is
-            part = parts[0]
-            kind = type(part)
-            if kind is bytes or kind is bytearray or (kind is memoryview and part.format == "B" and part.ndim == 1):
-                total = len(part)
-                need = 8 + ((total + 7) & ~7)
-                head = self.head
-                position = head & self.mask
-                if (total <= self.record_limit and position + need <= self.capacity
-                        and head + need - self.tail_seen <= self.capacity):
-                    data = self.tx_data
-                    _pack_record(data, position, total, 0)
-                    data[position + 8:position + 8 + total] = part
-                    self.head = head = head + need
-                    self.tx_control[0] = head  # publish after the payload (x86 TSO keeps the order)
-                    self.n_sent += 1
-                    self.bytes_sent += total
-                    if self.tx_control[_SLEEPING]:
-                        self.ring()
-                    return
+        if self._put_one(parts):
+            return
         views, total = byte_views(parts)
         check_size(total, self.limit, "shm")
         chunk = self.max_chunk
@@ -226,6 +240,8 @@ class _Endpoint:
     def put_now(self, parts: tuple[Any, ...]) -> bool:
         """`put` when the ring has room for the whole message now (nothing written otherwise): a
         listener never waits for a peer to read."""
+        if self._put_one(parts):
+            return True
         if len(parts) == 1 and type(parts[0]) is bytes:
             total = len(parts[0])
         else:
@@ -784,9 +800,9 @@ class ShmListener:
             endpoint = self._endpoints.get(peer)
         if endpoint is None or endpoint.dead or endpoint.rx_control[_CLOSED]:
             raise not_connected("shm", peer, self.address)
-        outbox = endpoint.outbox
-        if not outbox and endpoint.put_now(parts):
+        if peer not in self._backlogged and endpoint.put_now(parts):  # (backlogged: its outbox holds messages)
             return
+        outbox = endpoint.outbox
         views, total = byte_views(parts)
         check_size(total, self._limit, "shm")
         if not outbox.admits(total, self._max_queued):
