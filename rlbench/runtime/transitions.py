@@ -24,8 +24,10 @@ def transition(obs: Any, action: Any, reward: Any, next_obs: Any, done: Any) -> 
 
 
 def fields_of(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """The transition fields of a message's or a batch's arrays (other arrays left out)."""
-    return {name: arrays[name] for name in FIELDS}
+    """The transition fields of a message's or a batch's arrays (other arrays left out). FIELDS spelled
+    out: this runs on every INSERT and every batch, and a loop over the names costs twice as much."""
+    return {"obs": arrays["obs"], "action": arrays["action"], "reward": arrays["reward"],
+            "next_obs": arrays["next_obs"], "done": arrays["done"]}
 
 
 def transition_layout(spec: Any) -> Layout:

@@ -38,28 +38,30 @@ class ReplayClient:
         # the caller thread's CPU time in them (codec, copies: work, beside the wall time's waiting)
         self.blocked = {"replay": 0, "weights": 0}
         self.cpu = {"replay": 0, "weights": 0}
-        self._cpu_calls: dict[str, int] = {}
+        self._cpu_countdown = 1
 
-    def _cpu_clock(self, call: str) -> int:
-        """The thread's CPU clock as a call starts, when this call's CPU is timed; else 0. The clock is
-        a syscall (~0.6 us here, a tenth of a shm round trip), so a replay call's CPU is sampled as
-        metrics.CpuMeter samples a step's: one call in CPU_SAMPLE_EVERY of each kind is timed and
-        counted that many times. Weights calls, rare, are timed each time."""
-        calls = self._cpu_calls
-        n = calls[call] = calls.get(call, 0) + 1
-        return thread_time_ns() if call.startswith("weights.") or n % CPU_SAMPLE_EVERY == 1 else 0
+    def _cpu_clock(self) -> int:
+        """The thread's CPU clock as a replay call starts, when this call's CPU is timed; else 0. The
+        clock is a syscall (~0.6 us here, a tenth of a shm round trip), so replay calls are sampled as
+        metrics.CpuMeter samples steps: one in CPU_SAMPLE_EVERY is timed and counted that many times.
+        Weights calls, rare, read the clock each time (weight 1)."""
+        self._cpu_countdown -= 1
+        if self._cpu_countdown:
+            return 0
+        self._cpu_countdown = CPU_SAMPLE_EVERY
+        return thread_time_ns()
 
-    def _add_cpu(self, call: str, cpu_started: int) -> None:
+    def _add_cpu(self, category: str, cpu_started: int) -> None:
         if cpu_started:
-            weights = call.startswith("weights.")
-            self.cpu["weights" if weights else "replay"] += ((thread_time_ns() - cpu_started)
-                                                             * (1 if weights else CPU_SAMPLE_EVERY))
+            self.cpu[category] += (thread_time_ns() - cpu_started) * (CPU_SAMPLE_EVERY if category == "replay" else 1)
 
     def _took(self, name: str, started: int, cpu_started: int) -> None:
         elapsed = time.perf_counter_ns() - started
         self.recorder.histogram(name).record(elapsed)
-        self.blocked["weights" if name.startswith("weights.") else "replay"] += elapsed
-        self._add_cpu(name, cpu_started)
+        category = "weights" if name.startswith("weights.") else "replay"
+        self.blocked[category] += elapsed
+        if cpu_started:  # (the call only on the calls whose clock was read)
+            self._add_cpu(category, cpu_started)
 
     def blocked_s(self) -> dict[str, float]:
         return {category: ns / 1e9 for category, ns in self.blocked.items()}
@@ -70,7 +72,7 @@ class ReplayClient:
     # ---------------------------------------------------------------------------------- actors
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> None:
         """INSERT and wait for its reply (what was produced is what is inserted)."""
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.INSERT")
+        started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         _, reply = self.channel.request(Op.INSERT, _insert(transitions, priorities, len(transitions["obs"])))
         self._inserted(reply, started, cpu_started)
 
@@ -78,18 +80,18 @@ class ReplayClient:
                   produced: int) -> tuple[Pending, int]:
         """Send an INSERT; `add_finish` waits for its reply (an actor steps its env meanwhile).
         `produced`: transitions this actor produced since its last INSERT (stored or not)."""
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.INSERT begin")
+        started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         request = self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced))
         self.blocked["replay"] += time.perf_counter_ns() - started
-        self._add_cpu("replay.INSERT begin", cpu_started)
+        self._add_cpu("replay", cpu_started)
         return request, started
 
     def add_finish(self, pending: tuple[Pending, int]) -> None:
         request, started = pending
-        waited, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.INSERT finish")
+        waited, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         reply = self.channel.finish(request)[1]
         self.blocked["replay"] += time.perf_counter_ns() - waited
-        self._add_cpu("replay.INSERT finish", cpu_started)  # a spinning wait (shm) is CPU in replay, not ours
+        self._add_cpu("replay", cpu_started)  # a spinning wait (shm) is CPU in replay, not ours
         self._inserted(reply, started, 0, blocked=False)
 
     def _inserted(self, reply: dict[str, np.ndarray], started: int, cpu_started: int, *,
@@ -107,7 +109,7 @@ class ReplayClient:
 
     def fetch_params(self, have_version: int) -> tuple[int, list[np.ndarray]] | None:
         """Weights newer than `have_version`, or None (then `finished` says whether the run is over)."""
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("weights.FETCH")
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         op, arrays = self.channel.request(Op.FETCH_PARAMS, {"have_version": int(have_version)})
         self._took("weights.FETCH", started, cpu_started)
         if op == Op.PARAMS:
@@ -118,14 +120,14 @@ class ReplayClient:
     # --------------------------------------------------------------------------------- learner
     def sample(self, batch_size: int, beta: float) -> Sample | None:
         """Server placement: a batch, or None once the run is over."""
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.SAMPLE")
+        started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         op, arrays = self.channel.request(Op.SAMPLE, {"batch_size": int(batch_size), "beta": float(beta)})
         self._took("replay.SAMPLE", started, cpu_started)
         return self._to_sample(op, arrays)
 
     def wait_pushed(self, timeout: float) -> Sample | None:
         """In-network placement: the next batch the node pushed, or None once the run is over."""
-        t0, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.SAMPLE")
+        t0, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         while True:
             got = self.channel.next_push(timeout)
             if got is None:
@@ -155,19 +157,19 @@ class ReplayClient:
                                   "learner_updates": int(learner_updates)}
         if credit is not None:
             arrays.update(credit=int(credit), beta=float(beta))
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.UPDATE_PRIORITIES")
+        started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         self.channel.send(Op.UPDATE_PRIORITIES, arrays)
         self._took("replay.UPDATE_PRIORITIES", started, cpu_started)
 
     def credit(self, credit: int, beta: float) -> None:
         """In-network placement: let the node push `credit` more batches ahead."""
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("replay.CREDIT")
+        started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
         self.channel.send(Op.CREDIT, {"credit": int(credit), "beta": float(beta)})
         self.blocked["replay"] += time.perf_counter_ns() - started
-        self._add_cpu("replay.CREDIT", cpu_started)
+        self._add_cpu("replay", cpu_started)
 
     def publish_params(self, weights: Sequence[np.ndarray], version: int) -> None:
-        started, cpu_started = time.perf_counter_ns(), self._cpu_clock("weights.PUBLISH")
+        started, cpu_started = time.perf_counter_ns(), thread_time_ns()
         self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
         self._took("weights.PUBLISH", started, cpu_started)
 
