@@ -17,8 +17,11 @@ bash scripts/sanitized-native-tests.sh >"$sanitized_log" 2>&1 &
 sanitized_pid=$!
 # Two workers (pytest-xdist): most tests wait on processes they start, so two share the 2 cores well
 # (three took longer here); conftest.py keeps a file's tests, every Ray/namespace test and each
-# plugin's tests on one worker. RLBENCH_TEST_WORKERS=0 runs them in this process.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "${RLBENCH_TEST_WORKERS:-2}" --dist loadgroup "$@" "${paths[@]}" || status=$?
+# plugin's tests on one worker. RLBENCH_TEST_WORKERS=0 runs them in this process. A worker that dies
+# (a native abort) fails the run at once: with a replacement worker, xdist re-sent the dead worker's
+# group and once left both workers idle until the CI's limit.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${RLBENCH_TEST_WORKERS:-2}" --dist loadgroup --max-worker-restart 0 \
+  "$@" "${paths[@]}" || status=$?
 sanitized=0
 wait "$sanitized_pid" || sanitized=$?
 cat "$sanitized_log"
