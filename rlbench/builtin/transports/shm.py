@@ -219,9 +219,24 @@ class _Endpoint:
         return True
 
     def put(self, parts: tuple[Any, ...]) -> None:
+        if not self._put_one(parts):
+            self._put_records(*byte_views(parts))
+
+    def put_now(self, parts: tuple[Any, ...]) -> bool:
+        """`put` when the ring has room for the whole message now (nothing written otherwise): a
+        listener never waits for a peer to read."""
         if self._put_one(parts):
-            return
+            return True
         views, total = byte_views(parts)
+        chunks = -(-total // self.max_chunk) or 1
+        worst = 2 * (total + chunks * (_RECORD.size + 8))  # each record padded, and a WRAP before each at most
+        if self.capacity - (self.head - self.tx_control[_TAIL]) < worst:
+            return False
+        self._put_records(views, total)
+        return True
+
+    def _put_records(self, views: list[memoryview], total: int) -> None:
+        """A message as records (chunks of at most max_chunk), each written when the ring has room."""
         check_size(total, self.limit, "shm")
         chunk = self.max_chunk
         if total <= chunk:
@@ -236,22 +251,6 @@ class _Endpoint:
         self.bytes_sent += total
         if self.tx_control[_SLEEPING]:
             self.ring()
-
-    def put_now(self, parts: tuple[Any, ...]) -> bool:
-        """`put` when the ring has room for the whole message now (nothing written otherwise): a
-        listener never waits for a peer to read."""
-        if self._put_one(parts):
-            return True
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            total = len(parts[0])
-        else:
-            total = sum(memoryview(part).nbytes for part in parts)
-        chunks = -(-total // self.max_chunk) or 1
-        worst = 2 * (total + chunks * (_RECORD.size + 8))  # each record padded, and a WRAP before each at most
-        if self.capacity - (self.head - self.tx_control[_TAIL]) < worst:
-            return False
-        self.put(parts)
-        return True
 
     def write_now(self, view: memoryview) -> int:
         """Write the message's remaining bytes `view` as whole records while the ring has room for

@@ -27,6 +27,10 @@ proportion to their total priority (issue #24).
 from __future__ import annotations
 
 import datetime
+import fcntl
+import os
+import socket
+import struct
 import time
 from typing import Any
 
@@ -42,11 +46,6 @@ def gloo_interface(store_host: str, port: int) -> str | None:
     forms), unless the user chose one. Left alone, gloo binds to the address its host name resolves to: 127.0.0.1 or
     127.0.1.1 on many hosts (Debian's /etc/hosts), which a learner on another host or network namespace
     then dials, and the group never forms. None where no IPv4 interface holds that address."""
-    import fcntl
-    import os
-    import socket
-    import struct
-
     if os.environ.get("GLOO_SOCKET_IFNAME"):
         return os.environ["GLOO_SOCKET_IFNAME"]
     try:
@@ -139,8 +138,6 @@ class TorchLearnerGroup:
                                "policy data-parallel needs a learner that trains with one")
         device = next(p for o in self._optimizers for g in o.param_groups for p in g["params"]).device
         self._backend = "nccl" if device.type == "cuda" else "gloo"
-        import os
-
         # gloo reads its interface as the group forms; set only for that moment, so that processes this one
         # starts later (a Ray node, another run) do not inherit this run's interface
         chosen = os.environ.get("GLOO_SOCKET_IFNAME")
