@@ -41,7 +41,7 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
   X = min(A / a, k / l, 1 / v, CPU bound)
   The learner's period per update (every term measured; the calibration run of placement p over
   transport T0 splits its steady period into the learner's own time-split lines):
-    l = learn(c, b) rho + wait + weights + loop + group
+    l = (learn(c, b) rho + wait + weights + loop) x turns + group
     rho    = the calibration learner's compute per update / learn(cpu, B) measured alone: in a run
              the learner shares caches and, now and then, its core with the node and the actors.
     wait   = wait_cal + Δcrit: what the learner waits for its batch. wait_cal is what the
@@ -75,6 +75,18 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              collectives 2.3 ms against 1.0 ms between idle processes: with the actor and the node on
              the same two cores, whichever learner a busy core delays makes the other wait at the
              all-reduce, and a lone micro figure cannot see that.
+    turns  = t(N, others) / t(N_cal, others_cal), t(n, o) = max(1, (n + o) / cores): learners need a
+             core each, and when they and the cores the other roles keep runnable (o: the node's and
+             the actors' work, and their polling) outnumber the cores, the scheduler gives each learner
+             a share of one, and what it does on a core while the others run (computing, its loop, the
+             node's reply) waits its turn. Over what the calibration run took (N_cal = 1, or 2 for
+             data-parallel, o_cal its node's and actors' measured CPU). The collectives are not
+             stretched: in them every learner is blocked on the ring's messages, not competing for a
+             core, and their growth with N is the ring's N - 1 steps. Measured here, 4 data-parallel
+             learners on 2 cores: compute 2.7 ms per update against 1.25 ms at 2. A poll-mode
+             transport's pollers are runnable while they poll (they yield, then nap, so they take a
+             core only while no one else wants it, and the CPU bound leaves them out): at 4 dpdk actors
+             in-network the learner's compute rose from 1.26 to 1.88 ms per update.
   The actor's period per env step, running free:
     a = a_cal + Δinf(c) / n + Δinsert_send(T) / C + f (fetch_rtt(T) + load(c)) / C
     a_cal: the calibration actor's rate alone, in its warm-up (its loop, copies, the INSERT it
@@ -86,9 +98,17 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
         + N (node_batch(T) + node_prio(T) + Δcycle(m)) / k + node_publish(T) / (k P)
   The CPU bound: the roles share the host's cores; while they run free each is on a CPU for its
   work: a per env step for the actor that made it, N (l - wait - group) / k for the learners
-  (waiting for the node or for the other learners is off the CPU), v for the node, which also
-  polls while idle (node_idle cores, calibrated). D = a + N (l - wait - group) / k + v:
+  (waiting for the node or for the other learners is off the CPU), v for the node, which also polls
+  while idle (node_idle cores, calibrated). D = a + N (l - wait - group) / k + v:
     X_cpu = y (cores - node_idle) / D,   y (1 + kappa(A + N) y) = 1
+  Polling, for the learners' turns: a poll-mode transport (dpdk) spins after each message, yields,
+  then naps, where a blocking one sleeps in the kernel. The node polls p(T) cores in the learner's
+  rhythm and each waiting actor w(T) (the calibration run's node idling, moved by the profile's
+  measurements of this transport against the calibrated one: for 0.2 s a client asks the node after
+  each millisecond of work, as a learner does, and the node's CPU beyond its handling is its
+  polling; then a client waits 0.2 s for a push that does not come, as a held actor waits; measured
+  here, a dpdk node ~0.8 cores when it has a core to itself, a dpdk client ~0.2, shm's ~0.05 and
+  ~0.03). An actor waits when it is not stepping: A - a X of them at rate X.
   kappa(p): when p processes are runnable on fewer cores, the scheduler time-slices them and each
   slice starts with cold caches, so work costs more CPU than with a core each: 1 + kappa u at a
   share u of the cores' time in use (the busier the cores, the more often more processes are
@@ -443,6 +463,7 @@ class DistributedCalibration:
     loop: float
     free_step: float  # the actor's step running alone (warm-up)
     node_idle: float  # cores the node uses polling while idle
+    others: float  # cores the run's other roles (its actor and node) kept busy: their work and polling
     spreads: dict[str, float]
     kappa_points: tuple[tuple[int, float], ...]  # (processes, kappa) measured by the saturated runs
 
@@ -476,8 +497,16 @@ def distributed_calibration(job: dict[str, Any], placement: str, cores: float) -
     spreads = {"period": _spread(run, "env_steps_per_s"), "compute": _spread(run, "learner_compute_us"),
                "wait": _spread(run, "learner_wait_us"), "free_step": _spread(run, "free_step_us")}
     calibrated = DistributedCalibration(run["transport"], period, run["learner_compute_us"], wait, weights, loop,
-                                        free, node_idle, spreads, ())
+                                        free, node_idle, _others_busy(run), spreads, ())
     return replace(calibrated, kappa_points=_kappa_points(job, calibrated, cores))
+
+
+def _others_busy(run: dict[str, Any]) -> float:
+    """Cores a calibration run's roles other than its learners kept busy: the node (its work and its
+    polling, as its process's CPU over its window) and the actors (their CPU per env step)."""
+    rate = run.get("env_steps_per_s", 0.0)
+    node = run.get("node_cores", run.get("node_cpu_us", 0.0) * rate / 1e6)
+    return node + run.get("actors_cpu_us", 0.0) * rate / 1e6
 
 
 @dataclass(frozen=True)
@@ -489,6 +518,7 @@ class GroupCalibration:
     group: float  # its all-reduce and agreement, waiting for the other learner included
     wait: float
     loop: float
+    others: float  # cores its actor and node kept busy
     spreads: dict[str, float]
 
 
@@ -498,8 +528,32 @@ def group_calibration(job: dict[str, Any]) -> GroupCalibration | None:
     if run is None or "learner_allreduce_us" not in run:
         return None
     return GroupCalibration(run.get("learners", 2), run["learner_compute_us"], run["learner_allreduce_us"],
-                            run.get("learner_wait_us", 0.0), run.get("learner_loop_us", 0.0),
+                            run.get("learner_wait_us", 0.0), run.get("learner_loop_us", 0.0), _others_busy(run),
                             {"compute": _spread(run, "learner_compute_us"), "group": _spread(run, "learner_allreduce_us")})
+
+
+def _polling(job: dict[str, Any], transport: str, placement: str, calibrated: DistributedCalibration) -> tuple[float, float]:
+    """(cores the node polls, cores a waiting client polls) over `transport`: the calibration run's
+    node polling, moved by the profile's polling measurements of this transport against the
+    calibrated one (a poll-mode transport spins after each message, then naps, where a blocking one
+    sleeps in the kernel)."""
+    nodes = job.get("replay_node") or {}
+
+    def polled(name: str) -> float:
+        return (nodes.get(f"{name}/{placement}") or {}).get("node_poll_cores", 0.0)
+
+    def waiting(name: str) -> float:
+        return (nodes.get(f"{name}/in-network") or {}).get("client_wait_cores", 0.0)
+
+    node_poll = max(0.0, calibrated.node_idle + polled(transport) - polled(calibrated.transport))
+    return node_poll, waiting(transport) - waiting(calibrated.transport)
+
+
+def _turns(learners: int, others: float, cores: float) -> float:
+    """How much longer each of `learners` runnable learners takes for anything that needs a core, when
+    they and the other roles' busy cores outnumber the cores: the scheduler gives each learner
+    cores / (learners + others) of a core (at least a whole one)."""
+    return max(1.0, (learners + others) / cores)
 
 
 def _kappa_points(job: dict[str, Any], calibrated: DistributedCalibration,
@@ -617,7 +671,6 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
                      Term("waiting for the replay node", wait / k, spreads["wait"]),
                      Term("weight sends", weights / k), Term("loop", loop / k),
                      Term("all-reduce", group / k, grouped.spreads["group"] if grouped else 0.0)]
-    learner = sum(t.us for t in learner_terms) * k
     # the actor running free
     fetch = fetch_share * (node["fetch_rtt_us"] + p.load) / chunk
     actor_terms = [Term("actor alone", calibrated.free_step + backend.free_step, calibrated.spreads["free_step"]),
@@ -633,20 +686,43 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
                                                              + node["node"].get("priorities_us", 0.0) + d_cycle) / k),
                   Term("weights", node["node"].get("publish_us", 0.0) / (k * every))]
     v = max(1e-3, sum(t.us for t in node_terms))
+    # polling: the node's in the learner's rhythm, and each actor's while it waits (for its INSERT's
+    # reply, which the rate limiter holds while the learner is the bound): a poller is runnable, and the
+    # learners take turns with it
+    node_poll, client_wait = _polling(job, mapping.transport, mapping.placement, calibrated)
+
+    def polling(x: float) -> float:  # cores the node and the waiting actors poll at x env steps/s
+        return node_poll + client_wait * max(0.0, actors - a * x / 1e6)
+
+    def others_at(x: float) -> float:  # cores the actors and the node keep runnable at x env steps/s
+        return polling(x) + (a + v) * x / 1e6
+
+    # learners take turns on the cores when they and the others' busy cores outnumber them: the period
+    # stretches by the turns this mapping takes over those its calibration run took
+    turns_cal = _turns(grouped.learners, grouped.others, cores) if grouped else _turns(1, calibrated.others, cores)
+    unstretched = sum(t.us for t in learner_terms)
+    running = min(1e6 / unstretched, 1e6 * actors / a, 1e6 / v)  # the rate before the cores are counted
+    turns = _turns(learners, others_at(running), cores) / turns_cal
+    if turns > 1.0 + 1e-9:
+        learner_terms.append(Term("taking turns on the cores", (unstretched - group / k) * (turns - 1.0)))
+    learner = sum(t.us for t in learner_terms) * k
     # the cores: each role is on a CPU for its work; waiting (for the node, for the other learners'
     # all-reduce) is off it
     learner_cpu = learners * (cpu_compute + weights + loop) / k + learners * max(0.0, p.learn_share - 1.0) * cpu_compute / k
     demand = a + learner_cpu + v
-    capacity = max(0.1, cores - calibrated.node_idle)
     kappa = calibrated.kappa(actors + learners, cores)
     used = saturation(kappa)  # the share of the cores' time the roles get at the CPU bound
     cpu_terms = [Term("actors", a / used, calibrated.spreads["free_step"]),
                  Term("learners", learner_cpu / used, calibrated.spreads["compute"]),
                  Term("replay node", v / used)]
+    # polling takes the cores only while no one else wants them (a poller yields, then naps): the
+    # calibration run's node idling is what stays off the roles' work
+    capacity = max(0.1, cores - calibrated.node_idle)
     return {"actors": 1e6 * actors / a, "learner": 1e6 * k / learner, "node": 1e6 / v,
             "cpu": 1e6 * capacity / sum(t.us for t in cpu_terms),
             "terms": {"actors": actor_terms, "learner": learner_terms, "node": node_terms, "cpu": cpu_terms},
-            "a": a, "v": v, "demand": demand, "kappa": kappa, "capacity": capacity}
+            "a": a, "v": v, "demand": demand, "kappa": kappa, "capacity": capacity,
+            "polling": polling}
 
 
 def saturation(kappa: float) -> float:
@@ -676,7 +752,7 @@ def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, A
     terms = bounds["terms"][keys[name]]
     detail = name if keys[name] == "actors" else f"{name}: {_largest(terms)}"
     used = x * bounds["demand"] / 1e6 / bounds["capacity"]  # the share of the cores the roles' work takes
-    busy = min(cores, x * bounds["demand"] * (1 + bounds["kappa"] * used) / 1e6 + calibrated.node_idle)
+    busy = min(cores, x * bounds["demand"] * (1 + bounds["kappa"] * used) / 1e6 + bounds["polling"](x))
     others = min(v for key, v in named.items() if keys[key] != "actors")
     return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
                       bottleneck=detail, bounds=named, busy_cores=busy, spread=_combined_spread(terms), terms=terms,

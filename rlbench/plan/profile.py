@@ -77,7 +77,8 @@ from rlbench.plan import measure  # standard library only
 
 SCHEMA = "rlbench.profile/2"  # /2: calibration read in steady windows, figures with spreads and machine states
 DEFAULT_JOBS = ("dqn:CartPole-v1", "qlearning:Taxi-v3")
-DEFAULT_DATASETS = (100_000, 1_000_000)  # sizes a tabular job is profiled at (the fit extrapolates)
+DEFAULT_DATASETS = (100_000, 300_000)  # sizes a tabular job is profiled at (the fit extrapolates; collecting a
+# million Taxi transitions took 15 s of the profile's two minutes, and a fit of 300k lasts tens of ms, well timed)
 FIT_REPEATS = 3  # fit_offline runs per backend setting and dataset size (the median is kept)
 FILL_ITEMS = 20_000  # replay memories are measured holding this many transitions (or their capacity)
 DATA_PARALLEL_LEARNERS = (2, 4)  # learner counts of policy data-parallel a plan considers (where they split the batch)
@@ -102,7 +103,9 @@ CALIBRATION_STEADY_S = 1.5  # a calibration run's steady window (after warm-up a
 CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough episodes end in it)
 CALIBRATION_REPEATS = 2  # undisturbed runs per calibration setting that agree within ...
 CALIBRATION_AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to
-CALIBRATION_MAX_REPEATS = 4
+CALIBRATION_MAX_REPEATS = 3
+PROFILE_BUDGET_S = 100.0  # a setting's runs past CALIBRATION_REPEATS stop where the profile would pass this (the last
+# settings, data-parallel, run longer than the estimate: 2 minutes with their margin)
 ACTOR_HEAVY_SHARE = 0.25  # an actor-heavy calibration run trains so rarely that the learner's work per env
 # step is about this share of the actor's
 
@@ -385,7 +388,7 @@ def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASET
             for job, figures, _ in replay_jobs:
                 t0 = time.perf_counter()
                 calibrate_job(job, figures, entry["transports"], registry, calibrate=calibrate, progress=progress,
-                              cores=cores)
+                              cores=cores, deadline=started + PROFILE_BUDGET_S)
                 figures["profiling_s"] += time.perf_counter() - t0
     entry["machine_state"] = machine.report()
     entry["profiling_s"] = time.perf_counter() - started
@@ -825,6 +828,21 @@ def _isolated_entry(function: Callable[..., Any], args: tuple[Any, ...], results
 
 
 BUSY_LEARNER_S = 0.001  # the work between a learner's requests when its round trip is timed as in a run
+POLL_WINDOW_S = 0.2  # how long the node's polling (and a waiting client's) is measured
+
+
+def _work_for(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _handled_s(before: dict[str, Any], after: dict[str, Any]) -> float:
+    """The node's time handling messages between two of its reports (its serve.* and push.* histograms)."""
+    def total(report: dict[str, Any]) -> int:
+        return sum(h.get("total", 0) for name, h in report.get("histograms", {}).items()
+                   if name.startswith(("serve.", "push.")))
+    return max(0, total(after) - total(before)) / 1e9
 
 
 def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, rounds: int = 60) -> dict[str, Any]:
@@ -866,38 +884,48 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
         if placement == "server":
             figures["sample_rtt_us"] = timed(lambda: node.learner.sample(inputs.batch_size, 0.4))
 
-            def after_work() -> None:  # as a learner asks: after an update's worth of work, the node idle meanwhile
-                end = time.perf_counter() + BUSY_LEARNER_S
-                while time.perf_counter() < end:
-                    pass
-
             busy = []
-            for _ in range(rounds // 2):
-                after_work()
+            for _ in range(rounds // 2):  # as a learner asks: after an update's worth of work, the node idle meanwhile
+                _work_for(BUSY_LEARNER_S)
                 started = clock()
                 node.learner.sample(inputs.batch_size, 0.4)
                 busy.append(clock() - started)
             figures["sample_rtt_busy_us"] = statistics.median(busy) / 1e3
-            batch = node.learner.sample(inputs.batch_size, 0.4)
+            indices = np.array(node.learner.sample(inputs.batch_size, 0.4).indices)  # a copy: the view is reused
             figures["priorities_send_us"] = timed(lambda: node.learner.update_priorities(
-                batch.indices, priorities, learner_updates=next(updates)))
+                indices, priorities, learner_updates=next(updates)))
         else:
             node.learner.credit(1, 0.4)
-            batch = node.learner.wait_pushed(30.0)
+            indices = np.array(node.learner.wait_pushed(30.0).indices)  # a copy: the receive buffer is reused
 
             def round_trip() -> None:  # give one credit back with the priorities, wait for the next push
-                node.learner.update_priorities(batch.indices, priorities, learner_updates=next(updates), credit=1,
+                node.learner.update_priorities(indices, priorities, learner_updates=next(updates), credit=1,
                                                beta=0.4)
                 node.learner.wait_pushed(30.0)
 
             figures["push_round_us"] = timed(round_trip)
-            node.learner.update_priorities(batch.indices, priorities, learner_updates=next(updates), credit=rounds,
+            node.learner.update_priorities(indices, priorities, learner_updates=next(updates), credit=rounds,
                                            beta=0.4)
             time.sleep(0.05)  # the node pushes them all; each is then waiting when asked for
             figures["push_ready_us"] = timed(lambda: node.learner.wait_pushed(30.0))
             figures["priorities_send_us"] = timed(lambda: node.learner.update_priorities(
-                batch.indices, priorities, learner_updates=next(updates)))
-        histograms = node.report().get("histograms", {})
+                indices, priorities, learner_updates=next(updates)))
+        # what polling costs the node in a run's rhythm: a client asks after each millisecond of work, as
+        # a learner does, and the node's CPU beyond its handling of those messages is its polling (a
+        # poll-mode transport spins after each message, then naps; a blocking one sleeps in the kernel)
+        ask = (lambda: node.learner.sample(inputs.batch_size, 0.4)) if placement == "server" else round_trip
+        before, started = node.report(), time.perf_counter()
+        while time.perf_counter() < started + POLL_WINDOW_S:
+            _work_for(BUSY_LEARNER_S)
+            ask()
+        paced_s, report = time.perf_counter() - started, node.report()
+        figures["node_poll_cores"] = max(0.0, report.get("cpu_s", 0.0) - before.get("cpu_s", 0.0)
+                                         - _handled_s(before, report)) / paced_s
+        if placement == "in-network":  # a client waiting for what does not come, as a held actor waits
+            cpu_started, started = time.thread_time(), time.perf_counter()
+            node.learner.channel.next_push(POLL_WINDOW_S)
+            figures["client_wait_cores"] = (time.thread_time() - cpu_started) / (time.perf_counter() - started)
+        histograms = report.get("histograms", {})
     serve = {}
     for name, key in (("serve.INSERT", "insert_us"), ("serve.UPDATE_PRIORITIES", "priorities_us"),
                       ("serve.PUBLISH_PARAMS", "publish_us"), ("serve.FETCH_PARAMS", "fetch_us"),
@@ -1027,18 +1055,25 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
 
 
 def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, progress: Progress, *,
-                      cores: int = 1) -> dict[str, Any]:
+                      cores: int = 1, may_repeat: Callable[[float], bool] = lambda run_s: True) -> dict[str, Any]:
     """Runs of a setting until CALIBRATION_REPEATS undisturbed ones agree within CALIBRATION_AGREEMENT,
-    or CALIBRATION_MAX_REPEATS in all (`measure.enough`); each figure is the median of the runs kept
-    (`measure.kept`: the undisturbed ones, where there are any), its spread the larger of their half
-    range and the steady windows' own spread. Runs left out stay in the entry, saying why."""
+    or CALIBRATION_MAX_REPEATS in all (`measure.enough`), past CALIBRATION_REPEATS only while
+    `may_repeat(the last run's seconds)` (the profile's time budget); each figure is the median of the
+    runs kept (`measure.kept`: the undisturbed ones, where there are any), its spread the larger of
+    their half range and the steady windows' own spread. Runs left out stay in the entry, saying why."""
     runs: list[dict[str, Any]] = []
+    run_s = 0.0
     while not measure.enough([(r.get("env_steps_per_s"), r["contended"]) for r in runs], CALIBRATION_REPEATS,
                              CALIBRATION_MAX_REPEATS, CALIBRATION_AGREEMENT):
+        if len(runs) >= CALIBRATION_REPEATS and not may_repeat(run_s):
+            progress(f"{job.key}: calibration {setting.key}: no run more (the profile's {PROFILE_BUDGET_S:.0f} s "
+                     "budget): its spread is its runs' half range")
+            break
         t0 = time.perf_counter()
         run = calibration_run(job, figures, setting, seed=len(runs), cores=cores)
         runs.append(run)
-        progress(f"{job.key}: calibration run {setting.key} #{len(runs)} ({time.perf_counter() - t0:.1f} s"
+        run_s = time.perf_counter() - t0
+        progress(f"{job.key}: calibration run {setting.key} #{len(runs)} ({run_s:.1f} s"
                  + (f", {run['env_steps_per_s']:,.0f} env steps/s" if "env_steps_per_s" in run else f": {run['failed']}")
                  + (f"; contended: {run['contended']}" if run["contended"] else "") + ")")
     good = measure.kept(runs, "env_steps_per_s")
@@ -1063,17 +1098,28 @@ def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, p
 
 
 def calibrate_job(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
-                  calibrate: tuple[str, ...], progress: Progress, cores: int = 1) -> None:
-    """Every calibration setting of a replay-loop job (`calibration_settings`), repeated (`calibrate`)."""
+                  calibrate: tuple[str, ...], progress: Progress, cores: int = 1,
+                  deadline: float = math.inf) -> None:
+    """Every calibration setting of a replay-loop job (`calibration_settings`), repeated (`calibrate`):
+    each CALIBRATION_REPEATS times at least, more only while the settings after it can still have
+    theirs before `deadline` (time.perf_counter)."""
     figures["calibration"] = {}
     if not (figures["compute"].get("cpu", {}).get("available") and figures["replay"].get("prioritized", {}).get("available")):
         progress(f"{job.key}: no calibration run (it needs the cpu backend and the prioritized memory)")
         return
-    for setting in calibration_settings(job, figures, transports, registry, calibrate=calibrate, cores=cores):
+    settings = calibration_settings(job, figures, transports, registry, calibrate=calibrate, cores=cores)
+    started, runs_done = time.perf_counter(), 0
+    for index, setting in enumerate(settings):
+        def may_repeat(run_s: float, after: int = len(settings) - index - 1) -> bool:
+            typical = max(run_s, (time.perf_counter() - started) / max(1, runs_done))
+            return time.perf_counter() + run_s + CALIBRATION_REPEATS * after * typical <= deadline
+
         try:
-            figures["calibration"][setting.key] = calibrate_setting(job, figures, setting, progress, cores=cores)
+            entry = calibrate_setting(job, figures, setting, progress, cores=cores, may_repeat=may_repeat)
         except RlbenchError as exc:
-            figures["calibration"][setting.key] = {"failed": str(exc), "placement": setting.placement}
+            entry = {"failed": str(exc), "placement": setting.placement}
+        figures["calibration"][setting.key] = entry
+        runs_done += len(entry.get("runs", [])) or 1
 
 
 # ----------------------------------------------------------------------------------- tabular jobs
