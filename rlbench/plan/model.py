@@ -710,14 +710,14 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     # all-reduce) is off it
     learner_cpu = learners * (cpu_compute + weights + loop) / k + learners * max(0.0, p.learn_share - 1.0) * cpu_compute / k
     demand = a + learner_cpu + v
+    # polling takes the cores only while no one else wants them (a poller yields, then naps): the
+    # calibration run's node idling is what stays off the roles' work
+    capacity = max(0.1, cores - calibrated.node_idle)
     kappa = calibrated.kappa(actors + learners, cores)
     used = saturation(kappa)  # the share of the cores' time the roles get at the CPU bound
     cpu_terms = [Term("actors", a / used, calibrated.spreads["free_step"]),
                  Term("learners", learner_cpu / used, calibrated.spreads["compute"]),
                  Term("replay node", v / used)]
-    # polling takes the cores only while no one else wants them (a poller yields, then naps): the
-    # calibration run's node idling is what stays off the roles' work
-    capacity = max(0.1, cores - calibrated.node_idle)
     return {"actors": 1e6 * actors / a, "learner": 1e6 * k / learner, "node": 1e6 / v,
             "cpu": 1e6 * capacity / sum(t.us for t in cpu_terms),
             "terms": {"actors": actor_terms, "learner": learner_terms, "node": node_terms, "cpu": cpu_terms},

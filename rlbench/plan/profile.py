@@ -411,6 +411,13 @@ def _measure_job_allreduce(figures: dict[str, Any], registry: Any, progress: Pro
     return measured
 
 
+def _work_for(seconds: float) -> None:
+    """Keep this core busy for `seconds` (a spin: what a busy core or a learner's update looks like)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def measure_power(seconds: float = 0.5) -> dict[str, Any]:
     """Package watts idle and with one core busy, from RAPL; null with the reason without it."""
     from rlbench.energy import RaplMeter
@@ -422,9 +429,7 @@ def measure_power(seconds: float = 0.5) -> dict[str, Any]:
     time.sleep(seconds)
     idle = meter.stop()["joules"] / seconds
     meter.start()
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    _work_for(seconds)
     busy = meter.stop()["joules"] / seconds
     return {"kind": "measured", "source": "rapl", "idle_w": idle, "per_busy_core_w": max(0.0, busy - idle)}
 
@@ -829,12 +834,6 @@ def _isolated_entry(function: Callable[..., Any], args: tuple[Any, ...], results
 
 BUSY_LEARNER_S = 0.001  # the work between a learner's requests when its round trip is timed as in a run
 POLL_WINDOW_S = 0.2  # how long the node's polling (and a waiting client's) is measured
-
-
-def _work_for(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
 
 
 def _handled_s(before: dict[str, Any], after: dict[str, Any]) -> float:
