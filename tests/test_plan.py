@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -639,32 +640,54 @@ def test_role_costs_come_from_the_roles_time_splits_and_leave_the_first_wait_out
     assert costs["node_cpu_us"] == pytest.approx(35.0) and costs["node_cores"] == pytest.approx(0.1)
 
 
-def test_a_calibration_setting_repeats_until_undisturbed_runs_agree_and_records_their_spread(monkeypatch):
-    plan: list[tuple[float, str]] = []
+def test_calibration_runs_its_settings_in_rounds_until_undisturbed_runs_agree_and_records_their_spread(monkeypatch):
+    rates: dict[str, list[tuple[float, str]]] = {}
+    order: list[str] = []
 
     def fake_run(job, figures, setting, *, seed=0, cores=1):
-        rate, contended = plan[seed]
+        order.append(f"{setting.key}#{seed}")
+        if setting.key == "shm/in-network":
+            raise RlbenchError("refused before it started")
+        rate, contended = rates[setting.key][seed]
         return {"seed": seed, "status": "complete", "contended": contended, "env_steps_per_s": rate, "spread": 0.01,
                 "learner_compute_us": 800.0 + seed}
 
+    settings = [profile.Calibration("local", "local"), profile.Calibration("shm/server", "server", "shm"),
+                profile.Calibration("shm/in-network", "in-network", "shm")]
     monkeypatch.setattr(profile, "calibration_run", fake_run)
-    setting = profile.Calibration("shm/server", "server", "shm")
+    monkeypatch.setattr(profile, "calibration_settings", lambda *args, **kwargs: settings)
+    figures = {"compute": {"cpu": {"available": True}}, "replay": {"prioritized": {"available": True}}}
+
+    def calibrate(deadline: float = math.inf, said: list[str] | None = None) -> dict:
+        order.clear()
+        profile.calibrate_job(DQN, figures, {}, None, calibrate=("shm",), deadline=deadline,
+                              progress=said.append if said is not None else lambda line: None)
+        return figures["calibration"]
+
     busy = "other processes used 0.90 cores"
-    plan[:] = [(1000.0, ""), (1300.0, busy), (1100.0, "")]  # the disturbed run is run again, not averaged in
-    entry = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    rates["local"] = [(1000.0, ""), (1300.0, busy), (1100.0, "")]  # the disturbed run is run again, not averaged in
+    rates["shm/server"] = [(700.0, ""), (720.0, "")]  # agree: two runs
+    entries = calibrate()
+    # in rounds: every setting's runs sample the same stretches of the host's pace
+    assert order == ["local#0", "shm/server#0", "shm/in-network#0", "local#1", "shm/server#1", "local#2"]
+    entry = entries["local"]
     assert len(entry["runs"]) == 3 and entry["repeats"] == 2 and entry["left_out"] == 1 and entry["contended"] == ""
     assert entry["env_steps_per_s"] == 1050.0 and entry["spread"]["env_steps_per_s"] == pytest.approx(50 / 1050)
     assert entry["learner_compute_us"] == 801.0  # the median of the kept runs' (800, 802)
-    plan[:] = [(1000.0, ""), (1300.0, ""), (1100.0, ""), (1050.0, "")]  # undisturbed, but apart: up to three runs
-    entry = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert entries["shm/server"]["repeats"] == 2 and entries["shm/server"]["env_steps_per_s"] == 710.0
+    assert entries["shm/in-network"] == {"failed": "refused before it started", "placement": "in-network"}
+    rates["local"] = [(1000.0, ""), (1300.0, ""), (1100.0, "")]  # undisturbed, but apart: up to three runs
+    entry = calibrate()["local"]
     assert profile.CALIBRATION_MAX_REPEATS == 3 and entry["repeats"] == 3 and entry["env_steps_per_s"] == 1100.0
     assert entry["spread"]["env_steps_per_s"] == pytest.approx(150 / 1100)
     said: list[str] = []  # past the profile's time budget: two runs, apart or not, and it says so
-    entry = profile.calibrate_setting(DQN, {}, setting, said.append, may_repeat=lambda run_s: False)
+    entry = calibrate(deadline=time.perf_counter() - 1.0, said=said)["local"]
     assert entry["repeats"] == 2 and entry["spread"]["env_steps_per_s"] == pytest.approx(150 / 1150)
-    assert any("budget" in line for line in said)
-    plan[:] = [(900.0, busy)] * 4  # never quiet: all three kept, and the entry says it was contended
-    entry = profile.calibrate_setting(DQN, {}, setting, lambda line: None)
+    assert [line for line in said if "budget" in line] == [
+        f"{DQN.key}: calibration local: no run more (the profile's {profile.PROFILE_BUDGET_S:.0f} s budget): "
+        "its spread is its runs' half range"]
+    rates["local"] = [(900.0, busy)] * 3  # never quiet: all three kept, and the entry says it was contended
+    entry = calibrate()["local"]
     assert entry["repeats"] == 3 and entry["left_out"] == 0 and entry["contended"] == busy
 
 

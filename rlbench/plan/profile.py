@@ -42,7 +42,7 @@ and `rlbench plan` refuses such a profile unless told `--allow-contended`.
     of its own under a time limit (``--transport-seconds``): one that hangs, kills its process or
     first starts a cluster for longer than that is left out of the profile with the reason;
   * ``calibration``: real runs of the job (`calibration_settings` says which and what each is
-    for), each repeated until its spread is known (`calibrate_setting`) and read in its steady
+    for), each repeated until its spread is known (`calibrate_job`, in rounds) and read in its steady
     window the way `rlbench plan --validate` reads its runs (rlbench.plan.measure): the steady
     rate, the actor's rate alone during warm-up, and from the roles' time splits what the learner
     spends per update (compute, sends, its loop, CPU) and what actors and the replay node spend
@@ -104,8 +104,8 @@ CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough
 CALIBRATION_REPEATS = 2  # undisturbed runs per calibration setting that agree within ...
 CALIBRATION_AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to
 CALIBRATION_MAX_REPEATS = 3
-PROFILE_BUDGET_S = 100.0  # a setting's runs past CALIBRATION_REPEATS stop where the profile would pass this (the last
-# settings, data-parallel, run longer than the estimate: 2 minutes with their margin)
+PROFILE_BUDGET_S = 115.0  # calibration rounds past CALIBRATION_REPEATS run a setting only where it ends before this
+# (seconds from the profile's start): two minutes, less a margin for the runs' own spread
 ACTOR_HEAVY_SHARE = 0.25  # an actor-heavy calibration run trains so rarely that the learner's work per env
 # step is about this share of the actor's
 
@@ -1053,28 +1053,10 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     return run
 
 
-def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, progress: Progress, *,
-                      cores: int = 1, may_repeat: Callable[[float], bool] = lambda run_s: True) -> dict[str, Any]:
-    """Runs of a setting until CALIBRATION_REPEATS undisturbed ones agree within CALIBRATION_AGREEMENT,
-    or CALIBRATION_MAX_REPEATS in all (`measure.enough`), past CALIBRATION_REPEATS only while
-    `may_repeat(the last run's seconds)` (the profile's time budget); each figure is the median of the
-    runs kept (`measure.kept`: the undisturbed ones, where there are any), its spread the larger of
-    their half range and the steady windows' own spread. Runs left out stay in the entry, saying why."""
-    runs: list[dict[str, Any]] = []
-    run_s = 0.0
-    while not measure.enough([(r.get("env_steps_per_s"), r["contended"]) for r in runs], CALIBRATION_REPEATS,
-                             CALIBRATION_MAX_REPEATS, CALIBRATION_AGREEMENT):
-        if len(runs) >= CALIBRATION_REPEATS and not may_repeat(run_s):
-            progress(f"{job.key}: calibration {setting.key}: no run more (the profile's {PROFILE_BUDGET_S:.0f} s "
-                     "budget): its spread is its runs' half range")
-            break
-        t0 = time.perf_counter()
-        run = calibration_run(job, figures, setting, seed=len(runs), cores=cores)
-        runs.append(run)
-        run_s = time.perf_counter() - t0
-        progress(f"{job.key}: calibration run {setting.key} #{len(runs)} ({run_s:.1f} s"
-                 + (f", {run['env_steps_per_s']:,.0f} env steps/s" if "env_steps_per_s" in run else f": {run['failed']}")
-                 + (f"; contended: {run['contended']}" if run["contended"] else "") + ")")
+def calibration_entry(setting: Calibration, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A setting's figures from its runs: each the median of the runs kept (`measure.kept`: the
+    undisturbed ones, where there are any), its spread the larger of their half range and the steady
+    windows' own spread. Runs left out stay in the entry, saying why."""
     good = measure.kept(runs, "env_steps_per_s")
     entry: dict[str, Any] = {"placement": setting.placement, "transport": setting.transport, "compute": setting.compute,
                              "actors": setting.actors, "train_every": setting.train_every, "learners": setting.learners,
@@ -1082,7 +1064,7 @@ def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, p
                              "runs": runs, "repeats": len(good), "left_out": len(runs) - len(good),
                              "contended": "; ".join(sorted({r["contended"] for r in good if r["contended"]}))}
     if not good:
-        return {**entry, "failed": runs[-1].get("failed", "no run measured")}
+        return {**entry, "failed": runs[-1].get("failed", "no run measured") if runs else "no run measured"}
     entry["spread"] = {}
     names = sorted({name for r in good for name, value in r.items() if isinstance(value, (int, float))
                     and name not in ("seed", "steps", "wall_s", "spread", "episodes")})
@@ -1099,26 +1081,48 @@ def calibrate_setting(job: Job, figures: dict[str, Any], setting: Calibration, p
 def calibrate_job(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
                   calibrate: tuple[str, ...], progress: Progress, cores: int = 1,
                   deadline: float = math.inf) -> None:
-    """Every calibration setting of a replay-loop job (`calibration_settings`), repeated (`calibrate`):
-    each CALIBRATION_REPEATS times at least, more only while the settings after it can still have
-    theirs before `deadline` (time.perf_counter)."""
+    """Every calibration setting of a replay-loop job (`calibration_settings`), run in rounds: a round
+    runs once each setting that still needs a run, in order, until CALIBRATION_REPEATS undisturbed
+    runs of it agree within CALIBRATION_AGREEMENT or it has CALIBRATION_MAX_REPEATS (`measure.enough`).
+    Rounds, not each setting's runs back to back, because the model reads settings against each
+    other (a backend's compute over cpu's, the local rate the default is predicted from against the
+    distributed ones) and this host's pace moves by 20-30 % within a minute (docs/planner.md): in
+    rounds every setting's runs sample the same stretches of it. Rounds past CALIBRATION_REPEATS run
+    a setting only where its last run's time still fits before `deadline` (time.perf_counter), and
+    say so where it does not."""
     figures["calibration"] = {}
     if not (figures["compute"].get("cpu", {}).get("available") and figures["replay"].get("prioritized", {}).get("available")):
         progress(f"{job.key}: no calibration run (it needs the cpu backend and the prioritized memory)")
         return
     settings = calibration_settings(job, figures, transports, registry, calibrate=calibrate, cores=cores)
-    started, runs_done = time.perf_counter(), 0
-    for index, setting in enumerate(settings):
-        def may_repeat(run_s: float, after: int = len(settings) - index - 1) -> bool:
-            typical = max(run_s, (time.perf_counter() - started) / max(1, runs_done))
-            return time.perf_counter() + run_s + CALIBRATION_REPEATS * after * typical <= deadline
-
-        try:
-            entry = calibrate_setting(job, figures, setting, progress, cores=cores, may_repeat=may_repeat)
-        except RlbenchError as exc:
-            entry = {"failed": str(exc), "placement": setting.placement}
-        figures["calibration"][setting.key] = entry
-        runs_done += len(entry.get("runs", [])) or 1
+    runs: dict[str, list[dict[str, Any]]] = {setting.key: [] for setting in settings}
+    failed: dict[str, str] = {}
+    last_s: dict[str, float] = {}
+    for round_ in range(CALIBRATION_MAX_REPEATS):
+        for setting in settings:
+            done = runs[setting.key]
+            if setting.key in failed or measure.enough([(r.get("env_steps_per_s"), r["contended"]) for r in done],
+                                                       CALIBRATION_REPEATS, CALIBRATION_MAX_REPEATS,
+                                                       CALIBRATION_AGREEMENT):
+                continue
+            if round_ >= CALIBRATION_REPEATS and time.perf_counter() + last_s[setting.key] > deadline:
+                progress(f"{job.key}: calibration {setting.key}: no run more (the profile's {PROFILE_BUDGET_S:.0f} s "
+                         "budget): its spread is its runs' half range")
+                continue
+            t0 = time.perf_counter()
+            try:
+                run = calibration_run(job, figures, setting, seed=len(done), cores=cores)
+            except RlbenchError as exc:
+                failed[setting.key] = str(exc)
+                continue
+            done.append(run)
+            last_s[setting.key] = time.perf_counter() - t0
+            progress(f"{job.key}: calibration run {setting.key} #{len(done)} ({last_s[setting.key]:.1f} s"
+                     + (f", {run['env_steps_per_s']:,.0f} env steps/s" if "env_steps_per_s" in run else f": {run['failed']}")
+                     + (f"; contended: {run['contended']}" if run["contended"] else "") + ")")
+    for setting in settings:
+        figures["calibration"][setting.key] = ({"failed": failed[setting.key], "placement": setting.placement}
+                                               if setting.key in failed else calibration_entry(setting, runs[setting.key]))
 
 
 # ----------------------------------------------------------------------------------- tabular jobs
