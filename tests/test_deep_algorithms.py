@@ -274,3 +274,20 @@ assert "torch" not in sys.modules, "the actor imported torch"
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_read_only_batch_is_copied_without_a_warning_and_a_writable_one_is_shared():
+    import warnings
+
+    from rlbench.algorithms.networks import as_tensor
+
+    writable = np.arange(6, dtype=np.float32).reshape(3, 2)
+    read_only = writable.copy()
+    read_only.flags.writeable = False  # as a view of an OpenCL memory's mapped batch arrives
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "not writable" warning would fail here
+        tensor = as_tensor(read_only, torch.device("cpu"))
+    assert tensor.numpy().tolist() == read_only.tolist()
+    shared = as_tensor(writable, torch.device("cpu"))
+    writable[0, 0] = 42.0
+    assert shared[0, 0].item() == 42.0  # no copy where none is needed

@@ -58,7 +58,11 @@ def capturable_adam(parameters: Iterable[nn.Parameter], lr: float) -> torch.opti
 
 
 def as_tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A sampled numpy batch on the learner's device (no copy on the CPU when the dtype matches)."""
+    """A sampled numpy batch on the learner's device (no copy on the CPU when the dtype matches and
+    the array is writable: torch cannot share a read-only buffer, such as a view of an OpenCL
+    memory's mapped batch, without warning in every process that a write would be undefined)."""
+    if isinstance(array, np.ndarray) and not array.flags.writeable:  # a device memory's batch is a tensor already
+        array = array.copy()
     return torch.as_tensor(array, dtype=dtype, device=device)
 
 
