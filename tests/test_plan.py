@@ -182,6 +182,29 @@ def test_data_parallel_learners_split_the_batch_and_pay_the_collectives_the_cali
                                               learners=2), figures, host, schedule)
 
 
+def test_a_backend_whose_learner_is_cpus_torch_learner_is_read_from_cpus_learner_figures():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    host["fingerprint"]["cores_usable"] = 8
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    fpga = figures["compute"]["fpga"]
+    fpga["learner_update_by_batch"]["64"] = 1200.0  # a slow burst of the host while it was measured
+
+    def learners_bound(compute: str) -> float:
+        return model.predict_distributed(dqn_mapping(placement="server", transport="shm", compute=compute,
+                                                     policy="data-parallel", learners=2), figures, host,
+                                         schedule).bounds["learners"]
+
+    # learners on different devices (or a profile that did not say): each backend's own figures
+    assert learners_bound("fpga") < 0.8 * learners_bound("cpu")
+    figures["compute"]["cpu"]["learner_device"] = "cpu x1 threads"
+    fpga["learner_device"] = "cpu x1 threads"  # the same torch learner: one measurement for both
+    assert model.learner_figures(figures, "fpga") is figures["compute"]["cpu"]
+    assert learners_bound("fpga") == pytest.approx(learners_bound("cpu"))
+    fpga["learner_device"] = "cuda:0 x1 threads"
+    assert model.learner_figures(figures, "fpga") is fpga
+
+
 def test_learners_take_turns_when_they_and_the_busy_roles_outnumber_the_cores():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]

@@ -27,7 +27,8 @@ and `rlbench plan` refuses such a profile unless told `--allow-contended`.
   * micro measurements, in this process, on transitions the job's own actor collected: env step;
     per compute backend, actor inference (batch = envs per actor), learner update (batch =
     ``batch_size``, and each data-parallel learner's share of it), a weight publication
-    (``weights()`` into an actor) and the learner's parameter count; per replay memory, ``add`` of
+    (``weights()`` into an actor), the learner's parameter count and device (``learner_device``: torch's
+    device and threads; backends with the same one run the same learner); per replay memory, ``add`` of
     one step and of one INSERT message's transitions, ``sample(batch_size)``,
     ``update_priorities(batch_size)`` and the two alternated as the replay node does them per
     update (``cycle_us``: a memory may defer work from one to the other), on a memory filled to
@@ -588,6 +589,10 @@ def _measure_compute(component: Any, samples: JobSamples) -> dict[str, Any]:
     learner = algorithm.make_learner(spec, compute, hp, 0)
     actor.load_weights(learner.weights(), 0)
     observations = samples.transitions["obs"][: spec.num_envs]
+    # what the learner is: backends whose learners are torch on one device and thread count run the same
+    # learner, and the model reads them from one measurement (rlbench.plan.model.learner_figures)
+    device = getattr(compute, "torch_device", None)
+    learner_device = f"{device()} x{torch.get_num_threads()} threads" if device is not None else None
 
     def batch_of(size: int) -> Any:
         return Sample(np.arange(size, dtype=np.int64), {k: v[:size] for k, v in samples.batch.items()},
@@ -607,6 +612,7 @@ def _measure_compute(component: Any, samples: JobSamples) -> dict[str, Any]:
         figures["learner_update_by_batch"][str(hp.batch_size // learners)] = value
         figures["spread"][f"learner_update_by_batch.{hp.batch_size // learners}"] = spread
     figures["parameters"] = learner_parameters(learner)
+    figures["learner_device"] = learner_device
     return figures
 
 
