@@ -1070,7 +1070,7 @@ def calibration_entry(setting: Calibration, runs: list[dict[str, Any]]) -> dict[
                              "runs": runs, "repeats": len(good), "left_out": len(runs) - len(good),
                              "contended": "; ".join(sorted({r["contended"] for r in good if r["contended"]}))}
     if not good:
-        return {**entry, "failed": runs[-1].get("failed", "no run measured") if runs else "no run measured"}
+        return {**entry, "failed": runs[-1].get("failed", "no run measured")}
     entry["spread"] = {}
     names = sorted({name for r in good for name, value in r.items() if isinstance(value, (int, float))
                     and name not in ("seed", "steps", "wall_s", "spread", "episodes")})
