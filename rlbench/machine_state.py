@@ -133,7 +133,8 @@ def summary_line(report: dict[str, Any]) -> str:
 # The thread pools of numpy's BLAS, OpenMP and torch size themselves to the machine's cores when
 # they load. With more role processes than cores, every role's spinning pool steals the others'
 # cores (issue #24 measured 1 -> 2 actors at 0.23x). Each role runs its pools at the CPUs it was
-# given, set in its environment before anything loads them (Ray does the same for its workers).
+# given, set in its environment before anything loads them (Ray does the same for its workers);
+# a role forked from the local launcher's fork server, where they loaded at one thread, resizes them.
 THREAD_POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                          "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
 
@@ -149,4 +150,10 @@ def threads_in_use() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:
         used["torch_threads"] = torch.get_num_threads()
+    try:  # the loaded pools themselves (a process forked from one that loaded them sized them at run time)
+        import threadpoolctl
+    except ImportError:
+        return used
+    used["pools"] = {f"{pool['internal_api']}:{pool['prefix']}": pool["num_threads"]
+                     for pool in threadpoolctl.threadpool_info()}
     return used

@@ -264,9 +264,10 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     wall = time.perf_counter() - t0
     energy = meters.stop({"samples": stats.samples, "env_steps": stats.env_steps})
     cpu1 = os.times()
-    # children_* covers the role processes of a distributed run once they have been joined
+    # children_* covers processes this one started and joined; a distributed run's roles are the
+    # local launcher's fork server's children: it counts them, and the server, as roles_cpu_s
     cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system) + (cpu1.children_user - cpu0.children_user) \
-        + (cpu1.children_system - cpu0.children_system)
+        + (cpu1.children_system - cpu0.children_system) + (stats.extra.get("launcher", {}).get("roles_cpu_s") or 0.0)
     if progress:
         progress(stats.env_steps, total_steps)
     notes = trained.notes + [f"failure: {f}" for f in trained.failures]

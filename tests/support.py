@@ -40,6 +40,18 @@ def big_report_role(spec, announce=None):
     return {"role": spec.role, "blob": "x" * spec.total_steps}
 
 
+def environment_role(spec, announce=None):
+    """A role for launcher tests: what it started with (torch already imported?), its environment
+    and its thread pools."""
+    import os
+    import sys
+
+    preloaded = "torch" in sys.modules
+    from rlbench.machine_state import threads_in_use
+
+    return {"torch_preloaded": preloaded, "mark": os.environ.get("RLBENCH_TEST_MARK"), "threads": threads_in_use()}
+
+
 def silent_learner_role(spec, announce=None):
     """A learner for fault tests that never publishes weights: actors stay waiting for their first."""
     import time
@@ -144,7 +156,7 @@ def served(transport_name, secret=SECRET, capacity=1000, transport_options=None,
 # --------------------------------------------------------------------------------- role processes
 def rlb_processes() -> list[tuple[int, str]]:
     """Role processes started from this test process (others may run their own rlbench jobs)."""
-    found = []
+    found, ours = [], {os.getpid(), *descendant_pids()}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -153,17 +165,25 @@ def rlb_processes() -> list[tuple[int, str]]:
             except OSError:
                 continue
             parent = int(status.split("PPid:", 1)[1].split()[0])
-            if name.startswith("rlb-") and parent in (os.getpid(), *child_pids()):
+            if name.startswith("rlb-") and parent in ours:
                 found.append((int(entry.name), name))
     return found
 
 
-def child_pids() -> list[int]:
-    """Direct children of this process (the CLI subprocess of the Ctrl-C test launches roles)."""
-    try:
-        return [int(p) for p in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()]
-    except OSError:
-        return []
+def descendant_pids() -> list[int]:
+    """Processes started under this one: the CLI subprocess of the Ctrl-C test launches roles, and
+    roles are forked by the local launcher's fork server, its child."""
+    found, parents = [], [os.getpid()]
+    while parents:
+        parent = parents.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(p) for p in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            parents += children
+    return found
 
 
 def kill_role_when_running(name: str, after_s: float, killed: list) -> threading.Thread:

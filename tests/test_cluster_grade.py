@@ -32,6 +32,7 @@ def test_every_role_runs_its_thread_pools_at_the_cpus_it_was_given_and_says_so(m
     for name in ("replay", "learner", "actor-0", "actor-1"):
         threads = result["loop"]["roles"][name]["threads"]
         assert threads["OMP_NUM_THREADS"] == "1" and threads["OPENBLAS_NUM_THREADS"] == "1", (name, threads)
+        assert threads["pools"] and set(threads["pools"].values()) == {1}, (name, threads)  # the loaded pools too
     assert result["loop"]["roles"]["learner"]["threads"]["torch_threads"] == 1
 
 
@@ -55,6 +56,8 @@ def test_the_time_split_counts_only_cpu_time_outside_every_category_as_bookkeepi
 
 def test_a_run_reports_each_roles_cpu_and_waiting_beside_its_wall_time():
     result = run(short(steps=3000))
+    roles_cpu_s = sum(role["cpu_s"] for role in result["loop"]["roles"].values())
+    assert result["timing"]["cpu_s"] >= roles_cpu_s > 0  # the run counts its roles' CPU (not its children)
     for name, split in result["loop"]["time_split"].items():
         assert split["cpu_s"] > 0 and split["waiting"] >= 0, name
         assert split["cpu_s"] + split["waiting"] == pytest.approx(split["window_s"], rel=0.05, abs=0.01), name

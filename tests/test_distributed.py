@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -249,6 +250,40 @@ def test_role_reports_larger_than_a_pipe_buffer_do_not_stall_the_launcher():
         outcomes = launcher.collect()
         assert set(outcomes) == {"actor-0", "actor-1", "learner"}
         assert all(status == "ok" and len(report["blob"]) == 1 << 20 for status, report in outcomes.values())
+    finally:
+        launcher.stop_all(grace=1)
+        launcher.close()
+
+
+def test_roles_fork_from_a_one_thread_server_that_imported_torch_and_take_the_launchers_environment(monkeypatch):
+    # Roles are forked by a fork server that imported torch once (a spawned role spent 2.5-3 s
+    # importing). Forking is safe only while the server runs one thread; it must leave SIGTERM and
+    # SIGHUP to the launcher; each role must see the launcher's environment when the role starts,
+    # not the server's from when it started, and run its pools at its CPUs.
+    import multiprocessing.forkserver
+
+    from rlbench.runtime.launchers.local import LocalLauncher
+    from rlbench.runtime.distributed.roles import RoleSpec
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    launcher = LocalLauncher(functions={"actor": "support:environment_role"})
+    spec = RoleSpec(role="actor", config={}, total_steps=1)
+    try:
+        reports = []
+        for index, mark in enumerate(("first", "second")):
+            monkeypatch.setenv("RLBENCH_TEST_MARK", mark)
+            handle = launcher.start(dataclasses.replace(spec, index=index))
+            launcher.wait([handle], timeout=60)
+            reports.append(launcher.collect()[handle.name])
+        assert [status for status, _ in reports] == ["ok", "ok"], reports
+        assert [report["mark"] for _, report in reports] == ["first", "second"]
+        for _, report in reports:
+            assert report["torch_preloaded"]
+            assert report["threads"]["OMP_NUM_THREADS"] == "1" and set(report["threads"]["pools"].values()) == {1}
+        server = multiprocessing.forkserver._forkserver._forkserver_pid
+        assert len(os.listdir(f"/proc/{server}/task")) == 1
+        ignored = int(next(line for line in open(f"/proc/{server}/status") if line.startswith("SigIgn:")).split()[1], 16)
+        assert all(ignored >> (signum - 1) & 1 for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
     finally:
         launcher.stop_all(grace=1)
         launcher.close()

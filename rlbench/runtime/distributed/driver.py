@@ -136,7 +136,10 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 first_progress = time.perf_counter() - started  # start-up, on this host's clock (within a poll)
             if all(state["finished"] for state in last_states):
                 break
-            stopped = next((learner for learner in learners if not learner.alive()), None)
+            # one that died is the cause: the others of its group leave cleanly when it does, maybe
+            # before this poll sees it (roles forked from the fork server start and stop quickly)
+            stopped = min((learner for learner in learners if not learner.alive()),
+                          key=lambda learner: learner.exitcode == 0, default=None)
             if stopped is not None:  # before the run is over: nothing would sample, the actors would stall
                 stop_reason = (f"{stopped.name} died ({launcher.failure_of(stopped)})" if stopped.exitcode != 0
                                else f"{stopped.name} stopped before the run was over (exit code 0)")

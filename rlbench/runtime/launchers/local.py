@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import platform
 import queue
+import sys
 import time
 from typing import Any, Callable, Iterator
 
@@ -28,7 +30,7 @@ from rlbench.runtime.launchers import (
 
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
-    """os.environ with `values` set while a process is started (the launcher's thread starts roles)."""
+    """os.environ with `values` set while a process is started (the fork server: it keeps them)."""
     previous = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:
@@ -41,7 +43,52 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, results: Any, announcements: Any) -> None:
+ROLE_SERVER_MODULE = "rlbench.runtime.launchers.role_server"  # what the fork server imports for every role
+
+
+def _role_context() -> Any:
+    """Roles are forked by multiprocessing's fork server, which has imported ROLE_SERVER_MODULE.
+    Never a plain fork of the launcher: its DPDK, CUDA and torch state, threads and locks must not
+    be copied; the server holds none of them. Its thread pools load at one thread, so it has no
+    pool threads to fork; each role then sizes its own (`_take_environment`)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([ROLE_SERVER_MODULE])
+    with _environment(thread_environment(1)):  # the server starts with it; it imports in the background
+        multiprocessing.forkserver.ensure_running()
+    return context
+
+
+def _role_server_cpu_s() -> float | None:
+    """CPU seconds of the fork server, its imports included, and of every process it has reaped:
+    the roles (they are its children, so the launcher's os.times().children_* does not see them).
+    None where /proc cannot say."""
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = [int(value) for value in stat.read().rsplit(")", 1)[1].split()[11:15]]
+    except (OSError, ValueError, TypeError):
+        return None
+    return sum(fields) / os.sysconf("SC_CLK_TCK")  # utime, stime, cutime, cstime: proc(5) fields 14-17
+
+
+def _take_environment(environment: dict[str, str], cpus: float) -> None:
+    """In a role's process: the launcher's environment as it is now (the server's is from when it
+    started), and every thread pool the server loaded resized to the role's CPUs. Pools that load
+    later read their size from the environment, as in a spawned process."""
+    os.environ.clear()
+    os.environ.update(environment)
+    threads = max(1, int(cpus))
+    import threadpoolctl
+
+    threadpoolctl.threadpool_limits(limits=threads)  # numpy's BLAS and the OpenMP runtimes loaded
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
+def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, environment: dict[str, str], results: Any,
+                announcements: Any) -> None:
+    _take_environment(environment, spec.cpus)
     try:
         report = run_role(function, spec, lambda address: announcements.put((spec.name, address)))
     except BaseException as exc:
@@ -55,7 +102,8 @@ class LocalLauncher:
 
     def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
-        self.context = multiprocessing.get_context("spawn")  # never fork: DPDK/CUDA/torch state must not be copied
+        self.context = _role_context()
+        self.roles_cpu0 = _role_server_cpu_s()
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()  # (role name, address): roles may announce in any order
         self.announced: dict[str, str] = {}
@@ -64,9 +112,10 @@ class LocalLauncher:
 
     def start(self, spec: RoleSpec) -> RoleHandle:
         process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
-                                       args=(self.functions[spec.role], spec, self.results, self.announcements))
-        with _environment(thread_environment(spec.cpus)):  # a spawned process starts with it: before numpy loads
-            process.start()
+                                       args=(self.functions[spec.role], spec,
+                                             {**os.environ, **thread_environment(spec.cpus)},
+                                             self.results, self.announcements))
+        process.start()
         handle = RoleHandle(spec.role, spec.index, process)
         self.handles.append(handle)
         return handle
@@ -114,7 +163,11 @@ class LocalLauncher:
         return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
 
     def describe(self) -> dict[str, Any]:
-        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles}}
+        """After `stop_all`: every role has been reaped, so its CPU time is counted."""
+        cpu1 = _role_server_cpu_s()
+        roles_cpu_s = None if cpu1 is None or self.roles_cpu0 is None else cpu1 - self.roles_cpu0
+        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles},
+                "roles_cpu_s": roles_cpu_s}
 
     def close(self) -> None:
         """Release the queues' pipes and semaphores (after `collect`)."""
