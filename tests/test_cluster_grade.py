@@ -58,6 +58,7 @@ def test_a_run_reports_each_roles_cpu_and_waiting_beside_its_wall_time():
     result = run(short(steps=3000))
     roles_cpu_s = sum(role["cpu_s"] for role in result["loop"]["roles"].values())
     assert result["timing"]["cpu_s"] >= roles_cpu_s > 0  # the run counts its roles' CPU (not its children)
+    assert result["machine_state"]["own_cpu_s"] >= roles_cpu_s  # and never takes its roles for other processes
     for name, split in result["loop"]["time_split"].items():
         assert split["cpu_s"] > 0 and split["waiting"] >= 0, name
         assert split["cpu_s"] + split["waiting"] == pytest.approx(split["window_s"], rel=0.05, abs=0.01), name

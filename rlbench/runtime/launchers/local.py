@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from rlbench.machine_state import thread_environment
+from rlbench.machine_state import fork_server_cpu_s, thread_environment
 from rlbench.runtime.distributed import roles
 from rlbench.runtime.distributed.roles import RoleSpec
 from rlbench.runtime.launchers import (
@@ -58,19 +58,6 @@ def _role_context() -> Any:
     return context
 
 
-def _role_server_cpu_s() -> float | None:
-    """CPU seconds of the fork server, its imports included, and of every process it has reaped:
-    the roles (they are its children, so the launcher's os.times().children_* does not see them).
-    None where /proc cannot say."""
-    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = [int(value) for value in stat.read().rsplit(")", 1)[1].split()[11:15]]
-    except (OSError, ValueError, TypeError):
-        return None
-    return sum(fields) / os.sysconf("SC_CLK_TCK")  # utime, stime, cutime, cstime: proc(5) fields 14-17
-
-
 def _take_environment(environment: dict[str, str], cpus: float) -> None:
     """In a role's process: the launcher's environment as it is now (the server's is from when it
     started), and every thread pool the server loaded resized to the role's CPUs. Pools that load
@@ -103,7 +90,7 @@ class LocalLauncher:
     def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
         self.context = _role_context()
-        self.roles_cpu0 = _role_server_cpu_s()
+        self.roles_cpu0 = fork_server_cpu_s()
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()  # (role name, address): roles may announce in any order
         self.announced: dict[str, str] = {}
@@ -163,11 +150,10 @@ class LocalLauncher:
         return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
 
     def describe(self) -> dict[str, Any]:
-        """After `stop_all`: every role has been reaped, so its CPU time is counted."""
-        cpu1 = _role_server_cpu_s()
-        roles_cpu_s = None if cpu1 is None or self.roles_cpu0 is None else cpu1 - self.roles_cpu0
+        """After `stop_all`: every role has been reaped by the fork server, so its CPU time is counted
+        (os.times() does not count the roles: they are the server's children)."""
         return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles},
-                "roles_cpu_s": roles_cpu_s}
+                "roles_cpu_s": fork_server_cpu_s() - self.roles_cpu0}
 
     def close(self) -> None:
         """Release the queues' pipes and semaphores (after `collect`)."""
