@@ -1,4 +1,4 @@
-"""The local launcher: each role of a distributed run a spawned process on this machine."""
+"""The local launcher: each role of a distributed run a process on this machine, forked by a fork server."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def _take_environment(environment: dict[str, str], cpus: float) -> None:
 
 def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, environment: dict[str, str], results: Any,
                 announcements: Any) -> None:
-    _take_environment(environment, spec.cpus)
     try:
+        _take_environment(environment, spec.cpus)
         report = run_role(function, spec, lambda address: announcements.put((spec.name, address)))
     except BaseException as exc:
         results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
@@ -85,7 +85,7 @@ def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, environment:
 
 
 class LocalLauncher:
-    """Each role a spawned process on this machine."""
+    """Each role a process on this machine, forked by the fork server (`_role_context`)."""
 
     def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")

@@ -17,7 +17,7 @@ import signal
 
 from rlbench.runtime.launchers import ROLE_SIGNALS
 
-ROLE_IMPORTS = ("numpy", "torch", "gymnasium", "rlbench.runtime.distributed.roles",
+ROLE_IMPORTS = ("numpy", "torch", "gymnasium", "threadpoolctl", "rlbench.runtime.distributed.roles",
                 "rlbench.runtime.distributed.replay_node",
                 # a learner's first torch optimizer imports it (Optimizer.__init__ is wrapped to
                 # disable dynamo): 1.4 s of this VM's learner start-up
