@@ -42,7 +42,7 @@ def _cpu_jiffies() -> tuple[int, int] | None:
     return user + nice + system + irq + softirq, steal
 
 
-def _own_cpu_s() -> float:
+def own_cpu_s() -> float:
     """CPU seconds of this process, its children that have been waited for, and the fork server's."""
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system + fork_server_cpu_s()
@@ -115,13 +115,13 @@ def watch(busy_processes: int = 1) -> Iterator[MachineState]:
     state = MachineState(busy_processes)
     state.load_before = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     jiffies_before = _cpu_jiffies()
-    own_before = _own_cpu_s()
+    own_before = own_cpu_s()
     t0 = time.perf_counter()
     try:
         yield state
     finally:
         state.wall_s = time.perf_counter() - t0
-        state.own_cpu_s = _own_cpu_s() - own_before + state.extra_own_cpu_s
+        state.own_cpu_s = own_cpu_s() - own_before + state.extra_own_cpu_s
         jiffies_after = _cpu_jiffies()
         state.load_after = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         if jiffies_before is not None and jiffies_after is not None:

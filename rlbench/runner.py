@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import signal
 import threading
 import time
@@ -17,7 +16,7 @@ import numpy as np
 from rlbench.arrays import to_host
 from rlbench.config import RunConfig, apply_overrides
 from rlbench.energy import EnergyMeters
-from rlbench.machine_state import watch
+from rlbench.machine_state import own_cpu_s, watch
 from rlbench.fingerprint import machine_fingerprint
 from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
@@ -248,7 +247,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     total_steps = budget.total_steps
     meters = EnergyMeters(config)
     started_unix = time.time()
-    cpu0 = os.times()
+    cpu0 = own_cpu_s()
     meters.start()
     t0 = time.perf_counter()
     train = _train_local if config.placement == "local" else _train_distributed
@@ -263,11 +262,8 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         status, reason = "incomplete", trained.stop_reason
     wall = time.perf_counter() - t0
     energy = meters.stop({"samples": stats.samples, "env_steps": stats.env_steps})
-    cpu1 = os.times()
-    # children_* covers processes this one started and joined; a distributed run's roles are the
-    # local launcher's fork server's children: it counts them, and the server, as roles_cpu_s
-    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system) + (cpu1.children_user - cpu0.children_user) \
-        + (cpu1.children_system - cpu0.children_system) + (stats.extra.get("launcher", {}).get("roles_cpu_s") or 0.0)
+    # this process, the processes it joined, and the fork server's (a distributed run's roles are its children)
+    cpu = own_cpu_s() - cpu0
     if progress:
         progress(stats.env_steps, total_steps)
     notes = trained.notes + [f"failure: {f}" for f in trained.failures]

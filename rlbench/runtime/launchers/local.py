@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from rlbench.machine_state import fork_server_cpu_s, thread_environment
+from rlbench.machine_state import thread_environment
 from rlbench.runtime.distributed import roles
 from rlbench.runtime.distributed.roles import RoleSpec
 from rlbench.runtime.launchers import (
@@ -90,7 +90,6 @@ class LocalLauncher:
     def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
         self.context = _role_context()
-        self.roles_cpu0 = fork_server_cpu_s()
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()  # (role name, address): roles may announce in any order
         self.announced: dict[str, str] = {}
@@ -150,10 +149,7 @@ class LocalLauncher:
         return f"exit code {handle.exitcode}" + (" after it reported" if status == "ok" else "")
 
     def describe(self) -> dict[str, Any]:
-        """After `stop_all`: every role has been reaped by the fork server, so its CPU time is counted
-        (os.times() does not count the roles: they are the server's children)."""
-        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles},
-                "roles_cpu_s": fork_server_cpu_s() - self.roles_cpu0}
+        return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles}}
 
     def close(self) -> None:
         """Release the queues' pipes and semaphores (after `collect`)."""
