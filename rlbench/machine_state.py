@@ -166,10 +166,9 @@ def threads_in_use() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:
         used["torch_threads"] = torch.get_num_threads()
-    try:  # the loaded pools themselves (a process forked from one that loaded them sized them at run time)
-        import threadpoolctl
-    except ImportError:
-        return used
+    import threadpoolctl  # here, not at import: `import rlbench` stays cheap
+
+    # the loaded pools themselves (a process forked from one that loaded them sized them at run time)
     used["pools"] = {f"{pool['internal_api']}:{pool['prefix']}": pool["num_threads"]
                      for pool in threadpoolctl.threadpool_info()}
     return used
