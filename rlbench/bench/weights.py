@@ -19,6 +19,7 @@ All figures are measured. Only click is imported at module level.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ TARGET_RATIO = 0.05  # issue #24: learner bytes per update <= 5 % of publish_eve
 DEFAULT_STEPS = 30_000
 IDLE_SECONDS = 5.0  # the namespace cluster's idle veth traffic (Ray's control plane) is measured this long
 HOSTS = ("replay", "learner", "actors")  # host a, b, c of the namespace cluster
+MIN_FORCED_UPDATES = 100  # fewer, and the first and last weights messages dominate bytes per update
 
 
 def run_config(publish_every: int, steps: int, actors: int, transport: str, seed: int, **extra: Any) -> Any:
@@ -51,6 +53,32 @@ def summarise(publish_every: int, result: dict[str, Any]) -> dict[str, Any]:
             "learner_messages_sent": int(learner["link"]["messages_sent"]), "actor_bytes_received": actors,
             "hosts": {name: role.get("host") for name, role in sorted(roles.items())},
             "weights_staleness": result["loop"].get("weights_staleness")}
+
+
+def _actors_lead(actors: int) -> tuple[float, float]:
+    """How far the actors may run ahead of the learner, in env steps, and the updates the learner owes
+    per env step beyond that. The rate limiter lets inserts lead samples by min_size_to_sample
+    (learning_starts) plus its slack, and each actor has one more INSERT in flight."""
+    from rlbench.algorithms.dqn import DQNConfig
+    from rlbench.runtime.distributed.roles import ACTOR_INSERT_TRANSITIONS, rate_limiter_for
+
+    hp = DQNConfig()
+    limiter = rate_limiter_for(hp, actors)
+    lead = limiter.min_size_to_sample + limiter.insert_lead + actors * ACTOR_INSERT_TRANSITIONS
+    return lead, limiter.samples_per_insert / hp.batch_size
+
+
+def forced_updates(steps: int, actors: int) -> int:
+    """The updates the learner must have made before the run's last insert is accepted. A run no
+    longer than the actors' lead may end with no update at all, whatever publish_every is."""
+    lead, updates_per_step = _actors_lead(actors)
+    return max(0, math.floor((steps - lead) * updates_per_step))
+
+
+def minimum_steps(actors: int) -> int:
+    """The fewest env steps that hold the learner to MIN_FORCED_UPDATES updates."""
+    lead, updates_per_step = _actors_lead(actors)
+    return math.ceil(lead + MIN_FORCED_UPDATES / updates_per_step)
 
 
 def publishes(publish_every: int, updates: int) -> int:
@@ -180,8 +208,9 @@ def format_rows(results: dict[str, Any]) -> str:
 
 
 @click.command("weights")
-@click.option("--steps", type=click.IntRange(min=1500), default=DEFAULT_STEPS, show_default=True,
-              help="env steps per run")
+@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True,
+              help="env steps per run (at least enough that the rate limiter holds the learner to "
+                   f"{MIN_FORCED_UPDATES} updates)")
 @click.option("--old", "old_every", type=click.IntRange(min=1), default=1, show_default=True,
               help="publish_every of the baseline (the old default)")
 @click.option("--publish-every", "new_every", type=click.IntRange(min=1), default=None,
@@ -200,6 +229,12 @@ def command(steps: int, old_every: int, new_every: int | None, actors: int, tran
     from rlbench.machine_state import summary_line, watch
 
     settings = (old_every, new_every or DQNConfig.publish_every)
+    if steps < minimum_steps(actors):
+        lead, _ = _actors_lead(actors)
+        raise click.BadParameter(
+            f"{steps:,} env steps: with {actors} actor(s) the rate limiter lets actors run {lead:,.0f} env steps "
+            f"ahead of the learner, so the learner could end with almost no update and the first and last weights "
+            f"messages would decide bytes per update; use at least {minimum_steps(actors):,}", param_hint="--steps")
     if not local:
         from rlbench.cluster.netns import namespaces_unavailable
 

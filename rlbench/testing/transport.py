@@ -651,7 +651,7 @@ def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float) 
             hello[bytes(item[1][:1])] = item[0]
         silent, honest = hello[b"W"], hello[b"H"]
         message = bytes(size)
-        flood: dict[str, Any] = {"sent": 0, "dropped": None, "longest": 0.0}
+        flood: dict[str, Any] = {"sent": 0, "dropped": None, "failed": None, "longest": 0.0}
 
         def send_until_dropped() -> None:  # in a thread: a send that waits for ever must not hang the check
             while flood["sent"] * size < _FLOOD_BYTES:
@@ -660,6 +660,9 @@ def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float) 
                     listener.send(silent, message)
                 except ConnectionError as exc:
                     flood["dropped"] = exc
+                    return
+                except OSError as exc:  # e.g. the listener closed under a send the check gave up on
+                    flood["failed"] = exc
                     return
                 flood["longest"] = max(flood["longest"], time.monotonic() - started)
                 flood["sent"] += 1
@@ -671,7 +674,8 @@ def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float) 
         assert not waited and flood["longest"] < _SEND_WAIT_S, (
             f"{name}: listener.send to a peer that does not read took {flood['longest']:.2f} s{waited}: a listener "
             "never waits on a peer (queue what its medium cannot take now, rlbench.kit.framing.Outbox)")
-        dropped = flood["dropped"]
+        dropped, failed = flood["dropped"], flood["failed"]
+        assert failed is None, f"{name}: listener.send to a peer that does not read raised {failed!r}"
         assert dropped is not None, (f"{name}: a peer that never read was sent {flood['sent'] * size:,} bytes and never "
                                      f"dropped: max_queued_bytes={_QUEUE_BOUND} bounds what waits for it")
         assert isinstance(dropped, SlowConsumerError), \
