@@ -167,9 +167,15 @@ def test_data_parallel_learners_split_the_batch_and_pay_the_collectives_the_cali
     assert two.bounds["learners"] == pytest.approx(1e6 / (700 + 400 + 150 + 10 + 60))
     four = model.predict_distributed(dqn_mapping(placement="server", transport="shm", policy="data-parallel",
                                                  learners=4), figures, host, schedule)
-    # 32 each: 280 x (700 / 450) in lock-step; three ring steps of collectives; at the node, 1.5 others'
-    # requests (batch 30 + priorities 10) ahead instead of the calibration's 0.5
-    assert four.bounds["learners"] == pytest.approx(1e6 / (280 * 700 / 450 + 3 * 400 + 150 + 40 + 10 + 60))
+    # 32 each: 280 x (700 / 450) in lock-step; collectives: the calibration run's 400 and what the ring
+    # takes longer among 4 idle processes (1,000 + agreement 200) than among 2 (200 + 50); at the node, 1.5 others' requests (batch 30 + priorities 10) ahead instead of the calibration's 0.5
+    assert four.bounds["learners"] == pytest.approx(1e6 / (280 * 700 / 450 + 400 + 1200 - 250 + 150 + 40 + 10 + 60))
+    # a ring never measured among 4 is not extrapolated from 2: the plan says what is missing
+    ring_among_4 = figures["allreduce"]["by_learners"].pop("4")
+    with pytest.raises(model.ModelError, match="no all-reduce among 4 learners"):
+        model.predict_distributed(dqn_mapping(placement="server", transport="shm", policy="data-parallel",
+                                              learners=4), figures, host, schedule)
+    figures["allreduce"]["by_learners"]["4"] = ring_among_4
     # without the data-parallel calibration run: the all-reduce measured between two idle processes
     # (200 + agreement 50), the share's micro update (450), the one-learner run's wait and loop
     del figures["calibration"]["shm/server/data-parallel-2"]
@@ -218,8 +224,8 @@ def test_learners_take_turns_when_they_and_the_busy_roles_outnumber_the_cores():
     # the calibration's two learners and its node's 0.1 cores took (2 + 0.1) / 2 turns; the same
     # mapping takes as many: reproduced, with no turns term
     assert "taking turns on the cores" not in {t.name for t in two.terms}
-    period = 280 * 700 / 450 + 3 * 400 + 150 + 40 + 10 + 60  # as on eight cores (the test above)
-    collectives = 3 * 400  # blocked on the ring's messages: not stretched
+    collectives = 400 + 1200 - 250  # blocked on the ring's messages: not stretched
+    period = 280 * 700 / 450 + collectives + 150 + 40 + 10 + 60  # as on eight cores (the test above)
     turns = dict((t.name, t.us) for t in four.terms)["taking turns on the cores"]
     # four learners and the actor's and node's work (about a tenth of a core) on two cores, over
     # the calibration's (2 + 0.1) / 2 turns
@@ -364,13 +370,15 @@ def test_a_contended_profile_is_refused_naming_its_figures_unless_allowed():
     busy = {"cores": 2, "other_processes_cores": 0.9, "steal_fraction": 0.0, "contended": True}
     job_figures(document)["calibration"]["shm/server"]["contended"] = "other processes used 0.90 cores"
     document["hosts"][HOST]["transports"]["shm"]["machine_state"] = busy
+    job_figures(document)["allreduce"]["by_learners"]["4"]["machine_state"] = busy
     with pytest.raises(profile.ProfileError) as refused:
         planner.make_plan(DQN, document, max_actors=1, this_host=HOST)
     message = str(refused.value)
     assert "calibration shm/server: other processes used 0.90 cores" in message
+    assert "all-reduce among 4: other processes used 0.90 cores" in message
     assert "transport shm: other processes used 0.90 cores" in message and "--allow-contended" in message
     plan = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, allow_contended=True)
-    assert len(plan.contended) == 2 and plan.rows
+    assert len(plan.contended) == 3 and plan.rows
     # our own processes outnumbering the cores is the mapping's own work, not contention
     mine = {"cores": 2, "busy_processes": 4, "other_processes_cores": 0.05, "contended": True}
     assert measure.contention(mine) == ""
@@ -617,6 +625,12 @@ def test_a_backends_own_distributed_calibration_enters_the_model_as_its_differen
     # in one process nothing runs beside its threads: locally, its micro figures only
     local = model.predict_local(dqn_mapping(compute="fpga"), figures, schedule)
     assert local.env_steps_per_s == pytest.approx(1e6 / (940 + 10))
+    # a backend whose learner is cpu's torch learner: its run's compute is cpu's learner measured
+    # again (the host's drift), so the compute stays cpu's calibrated 800; the wait and loop still move
+    figures["compute"]["cpu"]["learner_device"] = figures["compute"]["fpga"]["learner_device"] = "cpu x1 threads"
+    same = model.predict_distributed(dqn_mapping(compute="fpga", placement="server", transport="shm"), figures,
+                                     host, schedule)
+    assert same.bounds["learner"] == pytest.approx(1e6 / (800 + 150 + 10 + 60))
 
 
 # ------------------------------------------------------------------------- measuring runs

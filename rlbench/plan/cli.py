@@ -240,9 +240,11 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
             lines.append(f"  replay node {name:<18} INSERT {node['insert_rtt_us']:.0f} us, "
                          f"{'SAMPLE' if 'sample_rtt_us' in node else 'push round'} {trip:.0f} us, "
                          f"FETCH {node['fetch_rtt_us']:.0f} us")
-        if (job.get("allreduce") or {}).get("available"):
-            reduce = job["allreduce"]
-            lines.append(f"  all-reduce (gloo, {reduce['world']} learners, {reduce['parameters']:,} parameters) "
+        for world, reduce in ((job.get("allreduce") or {}).get("by_learners") or {}).items():
+            if not reduce.get("available"):
+                lines.append(f"  all-reduce among {world} learners failed: {reduce['reason']}")
+                continue
+            lines.append(f"  all-reduce (gloo, {world} learners, {reduce['parameters']:,} parameters) "
                          f"{reduce['allreduce_us']:.0f} us + agreement {reduce.get('agreement_us', 0):.0f} us")
         for name, run in (job.get("calibration") or {}).items():
             if "failed" in run:

@@ -34,8 +34,9 @@ and `rlbench plan` refuses such a profile unless told `--allow-contended`.
     update (``cycle_us``: a memory may defer work from one to the other), on a memory filled to
     ``min(buffer_size, 20,000)``;
   * the sizes of the wire messages (INSERT, BATCH, priorities, weights);
-  * ``allreduce``: policy data-parallel's collectives between two learner processes (gloo: the
-    gradient all-reduce and the step's agreement), per update;
+  * ``allreduce``: policy data-parallel's collectives among N idle learner processes (gloo: the
+    gradient all-reduce and the step's agreement), per update, for each learner count N a plan
+    considers (``by_learners``);
   * per transport and placement, the runtime's real replay node measured message by message
     (`measure_replay_node`: the node in its own process, a client as the actor and one as the
     learner): INSERT, FETCH and SAMPLE round trips, the learner's sends, the in-network push round
@@ -76,7 +77,7 @@ from typing import Any
 from rlbench.errors import RlbenchError
 from rlbench.plan import measure  # standard library only
 
-SCHEMA = "rlbench.profile/2"  # /2: calibration read in steady windows, figures with spreads and machine states
+SCHEMA = "rlbench.profile/3"  # /3: the all-reduce at each learner count; /2: steady windows, spreads, machine states
 DEFAULT_JOBS = ("dqn:CartPole-v1", "qlearning:Taxi-v3")
 DEFAULT_DATASETS = (100_000, 300_000)  # sizes a tabular job is profiled at (the fit extrapolates; collecting a
 # million Taxi transitions took 15 s of the profile's two minutes, and a fit of 300k lasts tens of ms, well timed)
@@ -277,9 +278,10 @@ def contended_figures(entry: dict[str, Any], keys: list[str] | None = None) -> l
             why = measure.contention(state)
             if why:
                 found.append(f"{key} {group} figures: {why}")
-        why = measure.contention((job.get("allreduce") or {}).get("machine_state"))
-        if why:
-            found.append(f"{key} all-reduce: {why}")
+        for world, reduce in ((job.get("allreduce") or {}).get("by_learners") or {}).items():
+            why = measure.contention(reduce.get("machine_state"))
+            if why:
+                found.append(f"{key} all-reduce among {world}: {why}")
         for name, run in (job.get("calibration") or {}).items():
             if run.get("contended"):
                 found.append(f"{key} calibration {name}: {run['contended']}")
@@ -397,19 +399,24 @@ def profile_host(jobs: list[Job], *, datasets: tuple[int, ...] = DEFAULT_DATASET
 
 
 def _measure_job_allreduce(figures: dict[str, Any], registry: Any, progress: Progress, job: Job) -> dict[str, Any]:
-    """The all-reduce of the job's cpu learner between two processes, where a data-parallel plan can
-    use it (the policy is registered and the batch splits); else why not."""
+    """The collectives of the job's cpu learner among N idle processes, for each learner count N a
+    data-parallel plan considers (the batch splits), keyed by N; else why not."""
     cpu = figures["compute"].get("cpu") or {}
     if "data-parallel" not in {c.name for c in registry.components("policy")}:
         return {"available": False, "reason": "no data-parallel policy is registered"}
-    if not cpu.get("available") or not learner_counts(figures["hyperparameters"]["batch_size"]):
+    counts = learner_counts(figures["hyperparameters"]["batch_size"])
+    if not cpu.get("available") or not counts:
         return {"available": False, "reason": "the cpu learner is unavailable or the batch does not split"}
-    t0 = time.perf_counter()
-    measured = measure_allreduce(cpu["parameters"], 2)
-    progress(f"{job.key}: gloo all-reduce of {cpu['parameters']:,} parameters between 2 processes "
-             + (f"{measured['allreduce_us']:.0f} us" if measured.get("available") else f"failed: {measured['reason']}")
-             + f" ({time.perf_counter() - t0:.1f} s)")
-    return measured
+    by_learners = {}
+    for world in counts:
+        t0 = time.perf_counter()
+        measured = measure_allreduce(cpu["parameters"], world)
+        progress(f"{job.key}: gloo all-reduce of {cpu['parameters']:,} parameters among {world} processes "
+                 + (f"{measured['allreduce_us']:.0f} us + agreement {measured['agreement_us']:.0f} us"
+                    if measured.get("available") else f"failed: {measured['reason']}")
+                 + f" ({time.perf_counter() - t0:.1f} s)")
+        by_learners[str(world)] = measured
+    return {"available": True, "by_learners": by_learners}
 
 
 def _work_for(seconds: float) -> None:
