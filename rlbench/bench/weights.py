@@ -56,16 +56,13 @@ def summarise(publish_every: int, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _actors_lead(actors: int) -> tuple[float, float]:
-    """How far the actors may run ahead of the learner, in env steps, and the updates the learner owes
-    per env step beyond that. The rate limiter lets inserts lead samples by min_size_to_sample
-    (learning_starts) plus its slack, and each actor has one more INSERT in flight."""
+    """How far the actors may run ahead of the learner, in env steps (the runtime's rate limiter), and
+    the updates the learner owes per env step beyond that."""
     from rlbench.algorithms.dqn import DQNConfig
-    from rlbench.runtime.distributed.roles import ACTOR_INSERT_TRANSITIONS, rate_limiter_for
+    from rlbench.runtime.distributed.roles import actors_lead
 
     hp = DQNConfig()
-    limiter = rate_limiter_for(hp, actors)
-    lead = limiter.min_size_to_sample + limiter.insert_lead + actors * ACTOR_INSERT_TRANSITIONS
-    return lead, limiter.samples_per_insert / hp.batch_size
+    return actors_lead(hp, actors), 1 / hp.train_every
 
 
 def forced_updates(steps: int, actors: int) -> int:

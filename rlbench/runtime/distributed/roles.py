@@ -126,6 +126,14 @@ def rate_limiter_for(hp: Any, actors: int, shards: int = 1) -> RateLimiter:
                        error_buffer=error_buffer + hp.batch_size * PUSH_CREDIT)
 
 
+def actors_lead(hp: Any, actors: int) -> float:
+    """Env steps the actors may run ahead of the learner before the rate limiter holds them: its
+    min_size_to_sample (learning_starts) and slack, and one INSERT in flight per actor. A run no
+    longer than this may end before the learner had to make a single update."""
+    limiter = rate_limiter_for(hp, actors)
+    return limiter.min_size_to_sample + limiter.insert_lead + actors * ACTOR_INSERT_TRANSITIONS
+
+
 def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     """Listens, announces its address through `announce(address)`, serves until SHUTDOWN."""
     registry, config, algorithm, hp = _components(spec)
