@@ -46,18 +46,17 @@ def nothing_left_behind():
 @pytest.mark.parametrize("transport", ["shm", "tcp", "udp"])
 def test_every_placement_over_every_transport(placement, transport):
     from rlbench.algorithms.dqn import DQNConfig
-    from rlbench.runtime.distributed.roles import actors_lead
+    from rlbench.runtime.distributed.roles import actors_lead, forced_updates
 
     # past the actors' lead (970 env steps: learning_starts, the limiter's slack, an INSERT in flight
     # each), so the learner must have sampled and updated whatever the roles' start-up order
     hp = DQNConfig(**SHORT)
-    lead = actors_lead(hp, actors=2)
-    steps = int(lead) + 230
+    steps = int(actors_lead(hp, actors=2)) + 230
     result = run(short_config(placement=placement, transport=transport, actors=2, steps=steps))
     assert result["status"] == "complete", result["status_reason"]
     acc = result["accounting"]
     assert acc["balanced"] and acc["dropped"] == 0 and acc["produced"] >= steps
-    assert result["throughput"]["updates"] >= (steps - lead) / hp.train_every
+    assert result["throughput"]["updates"] >= forced_updates(hp, steps, actors=2) == 230
     latency = result["latency"]
     for op in ("replay.INSERT", "replay.SAMPLE", "replay.UPDATE_PRIORITIES", "weights.FETCH", "weights.PUBLISH"):
         assert latency[op]["count"] > 0, op

@@ -55,27 +55,22 @@ def summarise(publish_every: int, result: dict[str, Any]) -> dict[str, Any]:
             "weights_staleness": result["loop"].get("weights_staleness")}
 
 
-def _actors_lead(actors: int) -> tuple[float, float]:
-    """How far the actors may run ahead of the learner, in env steps (the runtime's rate limiter), and
-    the updates the learner owes per env step beyond that."""
-    from rlbench.algorithms.dqn import DQNConfig
-    from rlbench.runtime.distributed.roles import actors_lead
-
-    hp = DQNConfig()
-    return actors_lead(hp, actors), 1 / hp.train_every
-
-
 def forced_updates(steps: int, actors: int) -> int:
-    """The updates the learner must have made before the run's last insert is accepted. A run no
-    longer than the actors' lead may end with no update at all, whatever publish_every is."""
-    lead, updates_per_step = _actors_lead(actors)
-    return max(0, math.floor((steps - lead) * updates_per_step))
+    """The updates the learner must have made before the bench's run of `steps` can end (DQN's
+    defaults): a run no longer than the actors' lead may end with no update, whatever publish_every is."""
+    from rlbench.algorithms.dqn import DQNConfig
+    from rlbench.runtime.distributed import roles
+
+    return roles.forced_updates(DQNConfig(), steps, actors)
 
 
 def minimum_steps(actors: int) -> int:
     """The fewest env steps that hold the learner to MIN_FORCED_UPDATES updates."""
-    lead, updates_per_step = _actors_lead(actors)
-    return math.ceil(lead + MIN_FORCED_UPDATES / updates_per_step)
+    from rlbench.algorithms.dqn import DQNConfig
+    from rlbench.runtime.distributed.roles import actors_lead
+
+    hp = DQNConfig()
+    return math.ceil(actors_lead(hp, actors) + MIN_FORCED_UPDATES * hp.train_every)
 
 
 def publishes(publish_every: int, updates: int) -> int:
@@ -226,12 +221,15 @@ def command(steps: int, old_every: int, new_every: int | None, actors: int, tran
     from rlbench.machine_state import summary_line, watch
 
     settings = (old_every, new_every or DQNConfig.publish_every)
-    if steps < minimum_steps(actors):
-        lead, _ = _actors_lead(actors)
+    shortest = minimum_steps(actors)
+    if steps < shortest:
+        from rlbench.runtime.distributed.roles import actors_lead
+
         raise click.BadParameter(
-            f"{steps:,} env steps: with {actors} actor(s) the rate limiter lets actors run {lead:,.0f} env steps "
-            f"ahead of the learner, so the learner could end with almost no update and the first and last weights "
-            f"messages would decide bytes per update; use at least {minimum_steps(actors):,}", param_hint="--steps")
+            f"{steps:,} env steps: with {actors} actor(s) the rate limiter lets actors run "
+            f"{actors_lead(DQNConfig(), actors):,.0f} env steps ahead of the learner, so the learner could end with "
+            f"almost no update and the first and last weights messages would decide bytes per update; use at least "
+            f"{shortest:,}", param_hint="--steps")
     if not local:
         from rlbench.cluster.netns import namespaces_unavailable
 

@@ -134,6 +134,12 @@ def actors_lead(hp: Any, actors: int) -> float:
     return limiter.min_size_to_sample + limiter.insert_lead + actors * ACTOR_INSERT_TRANSITIONS
 
 
+def forced_updates(hp: Any, steps: int, actors: int) -> int:
+    """The updates the learner must have made before a run of `steps` env steps can end: one per
+    train_every env steps past the actors' lead."""
+    return max(0, math.floor((steps - actors_lead(hp, actors)) / hp.train_every))
+
+
 def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     """Listens, announces its address through `announce(address)`, serves until SHUTDOWN."""
     registry, config, algorithm, hp = _components(spec)
