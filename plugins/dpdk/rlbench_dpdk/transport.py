@@ -171,6 +171,7 @@ class DpdkListener:
         self._lock = threading.Lock()
         self._control: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
+        self._anchor = -1
         kind, name = parse_address(address) if address else ("wire" if self._spec.on_wire else "memif", "")
         if kind == "memif":
             self._name = name or f"{os.getpid()}-{secrets.token_hex(4)}"
@@ -190,17 +191,25 @@ class DpdkListener:
                 self._add_port(self._spec.devargs())
         except BaseException:
             lib.rlb_listener_close(self._id)
+            lib.rlb_port_close(self._anchor)
             raise
 
-    def _add_port(self, devargs: str) -> int:
+    def _open_port(self, devargs: str) -> int:
         port = self._lib.rlb_port_open(devargs.encode(), 0 if self._spec.on_wire else self._mtu)
         if port < 0:
             raise DpdkError(f"dpdk: {error_text(self._ffi, self._lib)}")
-        self._lib.rlb_listener_add_port(self._id, port)
         return port
+
+    def _add_port(self, devargs: str) -> None:
+        self._lib.rlb_listener_add_port(self._id, self._open_port(devargs))
 
     # -- memif: one interface per peer, created when the peer asks --------------------------
     def _serve_memif_handshakes(self) -> None:
+        # DPDK 22.11's memif PMD frees a socket when its last interface closes but leaves the socket's
+        # listening fd open, so the name stays bound and the next interface on it fails (EADDRINUSE):
+        # once every peer had left, nobody could join the listener again. An interface no peer is
+        # given (id 0) holds the socket for the listener's life; it is never polled.
+        self._anchor = self._open_port(memif_devargs("server", 0, self._name))
         control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             control.bind(b"\0rlbench-dpdk-ctl/" + self._name.encode())
@@ -300,6 +309,7 @@ class DpdkListener:
             self._control.close()
             self._accept_thread.join(5)
         self._lib.rlb_listener_close(self._id)
+        self._lib.rlb_port_close(self._anchor)
 
 
 _FAULT_REASONS = {"refused_oversize": "C_OVERSIZE", "malformed": "C_MALFORMED", "slow_consumers": "C_SLOW"}

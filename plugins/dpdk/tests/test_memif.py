@@ -63,6 +63,29 @@ def test_node_survives_many_peers_coming_and_going(dpdk_available):
             process.kill()
 
 
+def test_a_peer_joins_after_every_earlier_peer_left(dpdk_available):
+    """DPDK 22.11's memif PMD leaves a socket's name bound once the socket's last interface closes:
+    before the listener held its socket for its whole life, a peer arriving after the earlier ones had
+    left and their ports were closed (20 ms after their links went down) could not get an interface."""
+    peers = 3
+    process, address, results = _start_node(peers=peers)
+    transport = DpdkTransport()
+    try:
+        for peer in range(peers):
+            connection = transport.connect(address, timeout=10.0)
+            assert bytes(connection.request(b"alone %d" % peer, timeout=10.0)) == b"echo:alone %d" % peer
+            connection.send(b"bye")
+            connection.close()
+            time.sleep(0.5)  # long enough for the node to close the departed peer's port
+        stats = results.get(timeout=30)
+        process.join(30)
+        assert process.exitcode == 0, f"the node exited with {process.exitcode}"
+        assert stats["messages_received"] == 2 * peers and stats["lost"] == 0
+    finally:
+        if process.is_alive():
+            process.kill()
+
+
 def test_peer_learns_that_the_node_died(dpdk_available):
     process, address, _ = _start_node(peers=1)
     connection = DpdkTransport().connect(address, timeout=10.0)

@@ -12,11 +12,13 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <time.h>
+#include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_ether.h>
+#include <rte_interrupts.h>
 #include <rte_ip.h>
 #include <rte_mbuf.h>
 #include <rte_udp.h>
@@ -311,8 +313,8 @@ static int port_link_down(const struct port *p)
 
 /* Whether a memif port's link has been down for a while. The PMD tears a connection down on the
  * EAL interrupt thread when the other process leaves (link down first, then unmapping the rings and
- * unregistering callbacks), with no lock against this thread's rx bursts or its own close of the
- * port; a port is touched again only once that teardown is long over. */
+ * unregistering callbacks), with no lock against this thread's rx bursts; a port is polled again
+ * only once that teardown is long over (its close runs on that thread: rlb_port_close). */
 static int port_quiet(struct port *p, uint64_t now)
 {
     if (!port_link_down(p)) { p->down_ns = 0; return 0; }
@@ -326,16 +328,50 @@ static void wait_quiet(struct port *p, uint64_t deadline_ns)  /* ... or until th
     while (!port_quiet(p, rlb_now_ns()) && rlb_now_ns() < deadline_ns) nanosleep(&ts, NULL);
 }
 
+static void stop_and_close(uint16_t pid)
+{
+    rte_eth_dev_stop(pid);
+    rte_eth_dev_close(pid);
+}
+
+struct closing { uint16_t pid; int done; pthread_mutex_t lock; pthread_cond_t cond; };
+
+static void stop_and_close_then_signal(void *arg)
+{
+    struct closing *c = arg;
+    stop_and_close(c->pid);
+    pthread_mutex_lock(&c->lock);
+    c->done = 1;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* The memif PMD runs its half of a connection (accepting, the control messages, the teardown when
+ * the other process leaves) on the EAL interrupt thread, and its stop and close run the same
+ * teardown (memif_disconnect) and edit the socket's interface list with no lock against that thread.
+ * A close on another thread while the interrupt thread handled the peer's disconnect frees the rings
+ * twice, the likely end of a node that died (SIGSEGV) closing after its peers left, twice in CI
+ * under load, although it had waited for the port to look quiet. An alarm's callback runs on that thread, between its other
+ * handlers, so a memif port is stopped and closed there. */
+static void stop_and_close_on_interrupt_thread(uint16_t pid)
+{
+    struct closing c = {.pid = pid, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    if (rte_thread_is_intr() || rte_eal_alarm_set(1, stop_and_close_then_signal, &c) != 0) {
+        stop_and_close(pid);
+        return;
+    }
+    pthread_mutex_lock(&c.lock);
+    while (!c.done) pthread_cond_wait(&c.cond, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+}
+
 int rlb_port_close(int port)
 {
     if (port < 0 || port >= MAX_PORTS || !g_ports[port].used) return 0;
-    struct port *pt = &g_ports[port];
-    /* A link that is up is ours to end; one going down, let the PMD finish first. */
-    if (pt->per_peer && port_link_down(pt)) wait_quiet(pt, rlb_now_ns() + BYE_WAIT_NS);
     pthread_mutex_lock(&g_lock);
     struct port *p = &g_ports[port];
-    rte_eth_dev_stop(p->pid);
-    rte_eth_dev_close(p->pid);
+    if (p->per_peer) stop_and_close_on_interrupt_thread(p->pid);
+    else stop_and_close(p->pid);
     p->used = 0;
     p->listener = p->client_link = -1;
     pthread_mutex_unlock(&g_lock);
