@@ -582,6 +582,17 @@ def test_a_transport_measurement_that_hangs_or_dies_is_left_out_with_the_reason(
     assert failed is None and why.startswith("RlbenchError: --job takes ALGO:ENV")
 
 
+def test_the_all_reduce_is_timed_among_forked_ranks_and_a_failing_rank_is_reported():
+    measured = profile.measure_allreduce(1_000, 2)
+    assert measured["available"], measured.get("reason")
+    assert measured["world"] == 2 and measured["allreduce_us"] > 0 and measured["agreement_us"] > 0
+    failed = profile.measure_allreduce(-1, 2)  # every rank's gradient is refused by torch
+    assert not failed["available"] and failed["reason"].startswith(("rank 0: RuntimeError", "rank 1: RuntimeError"))
+    late = profile.measure_allreduce(1_000, 2, time_limit=0.05)
+    assert late == {"available": False, "reason": "its measurement did not finish within 0.05 s", "world": 2,
+                    "parameters": 1_000}
+
+
 def test_plan_validate_prints_predicted_beside_measured_as_json(tmp_path, capsys):
     from rlbench.plan.cli import plan_command
 

@@ -740,34 +740,62 @@ def measure_allreduce(parameters: int, world: int = 2, *, time_limit: float = 30
     from rlbench.machine_state import watch
 
     with watch(busy_processes=world) as machine:
-        measured, failure = run_isolated(_allreduce_group, (parameters, world, ALLREDUCE_ROUNDS), time_limit)
+        measured, failure = _allreduce_group(parameters, world, ALLREDUCE_ROUNDS, time_limit)
     if failure:
         return {"available": False, "reason": failure, "world": world, "parameters": parameters}
     return {"available": True, "world": world, "parameters": parameters, "backend": "gloo",
             **measured, "machine_state": machine.report()}
 
 
-def _allreduce_group(parameters: int, world: int, rounds: int) -> dict[str, Any]:
-    """In a child process: rank 0 here, ranks 1.. in processes of their own."""
-    import multiprocessing
+def _allreduce_group(parameters: int, world: int, rounds: int, time_limit: float) -> tuple[Any, str]:
+    """(rank 0's figures, "") or (None, why not). The ranks are forked by the local launcher's fork
+    server, as a run's learners are: it has imported torch, which spawned ranks each imported again
+    (about two thirds of a 6 s measurement among 4 on two cores). Past `time_limit`, or once a rank
+    ended without a result, every rank is killed."""
     import socket
+
+    from rlbench.runtime.launchers.local import role_context
 
     with socket.socket() as probe:  # a free port for the group's store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    context = multiprocessing.get_context("spawn")
-    others = [context.Process(target=_allreduce_rank, args=(rank, world, port, parameters, rounds), daemon=True)
-              for rank in range(1, world)]
-    for process in others:
+    context = role_context()
+    results = context.Queue()
+    ranks = [context.Process(target=_allreduce_rank, args=(rank, world, port, parameters, rounds, results),
+                             daemon=True) for rank in range(world)]
+    for process in ranks:
         process.start()
+
+    def gone() -> str:
+        return next((f"rank {rank} died (exit code {process.exitcode})" for rank, process in enumerate(ranks)
+                     if process.exitcode not in (None, 0)), "")
+
+    finished = False
     try:
-        return _allreduce_rank(0, world, port, parameters, rounds)
+        figures, why = _await_outcome(results, time_limit, gone)
+        finished = not why
+        return figures, why
     finally:
-        for process in others:
-            process.join(10)
+        for process in ranks:
+            process.join(2 if finished else 0)
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+        results.close()
+        results.join_thread()
 
 
-def _allreduce_rank(rank: int, world: int, port: int, parameters: int, rounds: int) -> dict[str, Any]:
+def _allreduce_rank(rank: int, world: int, port: int, parameters: int, rounds: int, results: Any) -> None:
+    """One rank of the measuring group: rank 0 puts its figures; any rank puts why it failed."""
+    try:
+        figures = _allreduce_timings(rank, world, port, parameters, rounds)
+        if rank == 0:
+            results.put(("ok", figures))
+    except BaseException as exc:  # noqa: BLE001 - the measuring process reports it; this rank ends anyway
+        results.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}"))
+
+
+def _allreduce_timings(rank: int, world: int, port: int, parameters: int, rounds: int) -> dict[str, Any]:
     import datetime
 
     import torch
@@ -803,25 +831,15 @@ def run_isolated(function: Callable[..., Any], args: tuple[Any, ...], time_limit
     why not). Past `time_limit`, or when it ends without a result, the session (the child and what
     it started) is killed."""
     import multiprocessing
-    import queue
     import signal
 
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     child = context.Process(target=_isolated_entry, args=(function, args, results))  # not daemonic: it spawns
     child.start()
-    deadline = time.monotonic() + time_limit
-    outcome: tuple[str, Any] | None = None
     try:
-        while outcome is None and time.monotonic() < deadline:
-            try:
-                outcome = results.get(timeout=0.2)
-            except queue.Empty:
-                if not child.is_alive():
-                    try:
-                        outcome = results.get(timeout=0.5)  # it may have put its result just before exiting
-                    except queue.Empty:
-                        outcome = ("error", f"its measuring process died (exit code {child.exitcode})")
+        return _await_outcome(results, time_limit, lambda: "" if child.is_alive() else
+                              f"its measuring process died (exit code {child.exitcode})")
     finally:
         child.join(2)
         try:
@@ -831,6 +849,25 @@ def run_isolated(function: Callable[..., Any], args: tuple[Any, ...], time_limit
         child.join(5)
         results.close()
         results.join_thread()
+
+
+def _await_outcome(results: Any, time_limit: float, gone: Callable[[], str]) -> tuple[Any, str]:
+    """What measuring processes put on `results`, ("ok", figures) or ("error", why): (figures, "") or
+    (None, why not). `gone()` names a process that ended without its result ("" while none has)."""
+    import queue
+
+    deadline = time.monotonic() + time_limit
+    outcome: tuple[str, Any] | None = None
+    while outcome is None and time.monotonic() < deadline:
+        try:
+            outcome = results.get(timeout=0.2)
+        except queue.Empty:
+            why = gone()
+            if why:
+                try:
+                    outcome = results.get(timeout=0.5)  # it may have put its result just before it ended
+                except queue.Empty:
+                    outcome = ("error", why)
     if outcome is None:
         return None, f"its measurement did not finish within {time_limit:g} s"
     status, value = outcome

@@ -46,7 +46,7 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 ROLE_SERVER_MODULE = "rlbench.runtime.launchers.role_server"  # what the fork server imports for every role
 
 
-def _role_context() -> Any:
+def role_context() -> Any:
     """Roles are forked by multiprocessing's fork server, which has imported ROLE_SERVER_MODULE.
     Never a plain fork of the launcher: its DPDK, CUDA and torch state, threads and locks must not
     be copied; the server holds none of them. Its thread pools load at one thread, so it has no
@@ -85,11 +85,11 @@ def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, environment:
 
 
 class LocalLauncher:
-    """Each role a process on this machine, forked by the fork server (`_role_context`)."""
+    """Each role a process on this machine, forked by the fork server (`role_context`)."""
 
     def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
-        self.context = _role_context()
+        self.context = role_context()
         self.results = self.context.Queue()
         self.announcements = self.context.Queue()  # (role name, address): roles may announce in any order
         self.announced: dict[str, str] = {}
