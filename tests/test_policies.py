@@ -127,14 +127,19 @@ def test_dqn_learns_cartpole_with_two_data_parallel_learners():
 
     # Updates of 256 every 2 env steps: the defaults' 128 samples per env step in half the updates, since each
     # update of a group pays a SAMPLE round trip and an all-reduce (the defaults take twice as long here, and
-    # seeds 0 and 1 reached 120 at 10.7k and 14.5k env steps; these at ~7k)
-    result = run(dp_config(steps=15_000, hyperparameters={"publish_every": 4, "train_every": 2, "batch_size": 256,
+    # seeds 0 and 1 reached 120 at 10.7k and 14.5k env steps; these at ~7k). 20k steps: a group's run is not
+    # deterministic (who samples what when): five runs here reached 120 (three read it at 6.8k-9.0k env steps),
+    # one CI run never did in 15k
+    result = run(dp_config(steps=20_000, hyperparameters={"publish_every": 4, "train_every": 2, "batch_size": 256,
                                                           "target_update_every": 125}))
     assert result["status"] == "complete" and result["accounting"]["balanced"]
     group = result["loop"]["learner_group"]
     assert group["learners"] == 2 and group["parameters_identical"] and group["checked_updates"] > 1000
     curve = result["learning_curve"]
-    assert not np.isnan(time_to_threshold(curve, 120.0, 20)), "the mean of 20 training episodes never reached 120"
+    returns = [p["return"] for p in curve]
+    assert not np.isnan(time_to_threshold(curve, 120.0, 20)), (  # the peak: only on failure
+        f"the mean of 20 training episodes peaked at {max(np.convolve(returns, np.ones(20) / 20, 'valid')):.1f} "
+        f"over {len(curve)} episodes")
 
 
 @pytest.mark.slow
