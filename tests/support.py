@@ -15,6 +15,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def assert_training_reaches(curve: list[dict], threshold: float, window: int) -> None:
+    """The mean of `window` consecutive training episodes reached `threshold` (time_to_threshold, the
+    measure `rlbench report` uses); on failure, the message says how high it peaked."""
+    import numpy as np
+
+    from rlbench.bench.matrix import time_to_threshold
+
+    returns = [p["return"] for p in curve]
+    assert not np.isnan(time_to_threshold(curve, threshold, window)), (
+        f"the mean of {window} training episodes never reached {threshold:g}: it peaked at "
+        f"{max(np.convolve(returns, np.ones(window) / window, 'valid'), default=float('nan')):.1f} "
+        f"over {len(curve)} episodes")
+
+
 def write_plugin_dist(root: Path, dist: str, entry_name: str, module: str, source: str) -> Path:
     """A real installed distribution on disk (dist-info + entry point), found by importlib.metadata
     when `root` is on sys.path — the same path a pip-installed third-party plugin takes."""

@@ -2,6 +2,7 @@
 
 import multiprocessing
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -39,21 +40,19 @@ def test_node_shuts_down_cleanly_after_its_peers_leave(dpdk_available):
                 process.kill()
 
 
-def test_node_survives_many_peers_coming_and_going(dpdk_available):
-    """The PMD tears a departed peer's memif connection down on another thread with no lock against
-    a concurrent rx burst; a node that kept polling that port crashed about once in ten runs. DPDK
-    has 32 port ids here, so 40 peers also prove that departed peers' ports are given back."""
-    peers = 40
+def _peers_one_after_another(peers: int, gap_s: float, payload: Callable[[int], bytes]) -> None:
+    """`peers` peers in turn, `gap_s` apart: each asks for an interface, is echoed `payload(peer)`, says
+    bye and closes; then the node must exit cleanly, having received every message and lost none."""
     process, address, results = _start_node(peers=peers)
     transport = DpdkTransport()
     try:
         for peer in range(peers):
             connection = transport.connect(address, timeout=10.0)
-            payload = peer.to_bytes(2, "little") * 500
-            assert bytes(connection.request(payload, timeout=10.0)) == b"echo:" + payload
+            message = payload(peer)
+            assert bytes(connection.request(message, timeout=10.0)) == b"echo:" + message
             connection.send(b"bye")
             connection.close()
-            time.sleep(0.005)  # peers of a real run come and go far more slowly
+            time.sleep(gap_s)
         stats = results.get(timeout=30)
         process.join(30)
         assert process.exitcode == 0, f"the node exited with {process.exitcode}"
@@ -61,29 +60,22 @@ def test_node_survives_many_peers_coming_and_going(dpdk_available):
     finally:
         if process.is_alive():
             process.kill()
+
+
+def test_node_survives_many_peers_coming_and_going(dpdk_available):
+    """The PMD tears a departed peer's memif connection down on another thread with no lock against
+    a concurrent rx burst; a node that kept polling that port crashed about once in ten runs. DPDK
+    has 32 port ids here, so 40 peers also prove that departed peers' ports are given back."""
+    # 5 ms apart: peers of a real run come and go far more slowly
+    _peers_one_after_another(40, 0.005, lambda peer: peer.to_bytes(2, "little") * 500)
 
 
 def test_a_peer_joins_after_every_earlier_peer_left(dpdk_available):
     """DPDK 22.11's memif PMD leaves a socket's name bound once the socket's last interface closes:
     before the listener held its socket for its whole life, a peer arriving after the earlier ones had
     left and their ports were closed (20 ms after their links went down) could not get an interface."""
-    peers = 3
-    process, address, results = _start_node(peers=peers)
-    transport = DpdkTransport()
-    try:
-        for peer in range(peers):
-            connection = transport.connect(address, timeout=10.0)
-            assert bytes(connection.request(b"alone %d" % peer, timeout=10.0)) == b"echo:alone %d" % peer
-            connection.send(b"bye")
-            connection.close()
-            time.sleep(0.5)  # long enough for the node to close the departed peer's port
-        stats = results.get(timeout=30)
-        process.join(30)
-        assert process.exitcode == 0, f"the node exited with {process.exitcode}"
-        assert stats["messages_received"] == 2 * peers and stats["lost"] == 0
-    finally:
-        if process.is_alive():
-            process.kill()
+    # 0.5 s apart: long enough for the node to close each departed peer's port
+    _peers_one_after_another(3, 0.5, lambda peer: b"alone %d" % peer)
 
 
 def test_peer_learns_that_the_node_died(dpdk_available):

@@ -350,9 +350,9 @@ static void stop_and_close_then_signal(void *arg)
  * the other process leaves) on the EAL interrupt thread, and its stop and close run the same
  * teardown (memif_disconnect) and edit the socket's interface list with no lock against that thread.
  * A close on another thread while the interrupt thread handled the peer's disconnect frees the rings
- * twice, the likely end of a node that died (SIGSEGV) closing after its peers left, twice in CI
- * under load, although it had waited for the port to look quiet. An alarm's callback runs on that thread, between its other
- * handlers, so a memif port is stopped and closed there. */
+ * twice: the likely end of a node that died (SIGSEGV) closing after its peers left, twice in CI
+ * under load, although it had waited for the port to look quiet. An alarm's callback runs on that
+ * thread, between its other handlers, so a memif port is stopped and closed there. */
 static void stop_and_close_on_interrupt_thread(uint16_t pid)
 {
     struct closing c = {.pid = pid, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
