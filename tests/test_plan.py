@@ -824,6 +824,66 @@ def test_a_validation_run_repeats_until_undisturbed_runs_agree(monkeypatch):
     assert busy.contended == "other processes used 0.90 cores"
 
 
+def test_repeats_are_enough_when_any_two_undisturbed_runs_agree():
+    assert not measure.enough([(900.0, ""), (1200.0, "")], 2, 4, 0.10)
+    assert measure.enough([(900.0, ""), (1200.0, ""), (950.0, "")], 2, 4, 0.10)  # 900 and 950 agree
+    assert not measure.enough([(900.0, ""), (1200.0, ""), (950.0, "other processes used 0.90 cores")], 2, 4, 0.10)
+    assert not measure.enough([(900.0, ""), (None, ""), (1200.0, "")], 2, 4, 0.10)  # a run with no rate agrees with none
+    assert measure.enough([(900.0, ""), (1200.0, ""), (600.0, ""), (1500.0, "")], 2, 4, 0.10)  # the most: enough
+    assert measure.enough([(900.0, "")], 1, 3, 0.10)
+
+
+def test_validation_runs_its_mappings_in_rounds_and_a_third_run_only_where_two_disagree(monkeypatch):
+    plan = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST,
+                             only={"placement": "local", "compute": "cpu"})
+    first, second = plan.rows[:2]
+    rates = {(first.mapping.replay, 0): 1000.0, (first.mapping.replay, 1): 1050.0,  # agree: two runs
+             (second.mapping.replay, 0): 900.0, (second.mapping.replay, 1): 1200.0,  # disagree: a third
+             (second.mapping.replay, 2): 950.0}
+    ran = []
+
+    def fake_run(config):
+        ran.append((config.replay, config.seed))
+        curve = _curve((1000, 20_000.0), (config.steps - 1000, rates[config.replay, config.seed]))
+        return {"status": "complete", "throughput": {"env_steps": curve[-1]["step"]}, "learning_curve": curve,
+                "machine_state": {"other_processes_cores": 0.0}}
+
+    monkeypatch.setattr(rlbench, "run", fake_run)
+    lines = []
+    checks = validation.validate(plan, [(first, 1, "top"), (second, 2, "top")], seconds=1.0, progress=lines.append)
+    a, b = first.mapping.replay, second.mapping.replay
+    assert ran == [(a, 0), (b, 0), (a, 1), (b, 1), (b, 2)]  # each round runs every mapping still unsettled
+    assert checks[0].measured == pytest.approx(1025.0) and checks[1].measured == pytest.approx(950.0)
+    assert checks[1].runs == pytest.approx([900.0, 1200.0, 950.0])
+    assert lines[0].startswith("round 1: ran top #1") and lines[-1].startswith("top #2") and "3 run(s)" in lines[-1]
+
+
+def test_a_stop_signal_ends_the_validation_after_the_run_it_stopped(monkeypatch):
+    import os
+    import signal
+    import threading
+
+    from rlbench.runner import SignalInterrupt
+
+    here = profile.this_host_key()
+    job = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200, "batch_size": 32})
+    plan = planner.make_plan(job, _with_job_key(handmade(here), here, job.key), max_actors=1,
+                             only={"placement": "local", "compute": "cpu"})
+    real_run, started = rlbench.run, []
+
+    def run_then_signalled(config):  # SIGTERM lands a second into the first run, as a scheduler's would
+        started.append(config.replay)
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        return real_run(config)
+
+    monkeypatch.setattr(rlbench, "run", run_then_signalled)
+    rows = [(row, row.rank, "top") for row in plan.rows[:2]]
+    t0 = time.perf_counter()
+    with pytest.raises(SignalInterrupt, match="stopped by SIGTERM.*no further run started"):
+        validation.validate(plan, rows, seconds=600.0)
+    assert len(started) == 1 and time.perf_counter() - t0 < 30  # the 600 s run stopped in order, none after it
+
+
 def test_a_gain_check_sets_the_measured_gain_beside_the_predicted_one():
     prediction = model.Prediction(1300.0, 1300.0, 1.0, "")
     first = validation.Check(dqn_mapping(placement="server", transport="shm"), prediction, 1, predicted=1300.0,

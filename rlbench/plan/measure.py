@@ -89,11 +89,12 @@ def enough(rates: list[tuple[float | None, str]], minimum: int, most: int, agree
     """Whether repeated runs, each (its rate or None, what disturbed it or ""), are enough: `minimum`
     undisturbed ones that agree within `agreement` ((max - min) / median), or `most` runs in all.
     Someone else's load on a shared machine comes and goes: a disturbed run is run again rather than
-    averaged in."""
+    averaged in. Any `minimum` of the runs may be the ones that agree: where a third run agrees with
+    one of two that did not, the median of the three is one of the pair, whatever the third was."""
     if len(rates) >= most:
         return True
-    quiet = [rate for rate, disturbed in rates if rate is not None and not disturbed]
-    return len(quiet) >= minimum and combine(quiet)[1] <= agreement / 2
+    quiet = sorted(rate for rate, disturbed in rates if rate is not None and not disturbed)
+    return any(combine(quiet[i:i + minimum])[1] <= agreement / 2 for i in range(len(quiet) - minimum + 1))
 
 
 def kept(runs: list[dict[str, Any]], rate: str = "rate") -> list[dict[str, Any]]:

@@ -7,9 +7,10 @@ that ended there, with the spread of its stretches), against the model's steady 
 run lasts its warm-up plus `seconds` of steady window at the predicted rate (a wall-clock cap
 stops one that is far slower than predicted; its window is then what it ran). A mapping runs with
 seeds seed, seed + 1, ... until `repeats` runs that no other process disturbed agree within
-AGREEMENT, or `repeats` + EXTRA_RUNS runs in all (`measure.enough`); the measured figure is the
-median of the undisturbed ones (all, where none was), its spread the larger of their half range and
-the windows' own: how far the measurement itself can be trusted.
+AGREEMENT, or `repeats` + EXTRA_RUNS runs in all (`measure.enough`), in rounds across the mappings
+(`run_checks`: runs a round apart sample different stretches of the host's pace); the measured
+figure is the median of the undisturbed ones (all, where none was), its spread the larger of their
+half range and the windows' own: how far the measurement itself can be trusted.
 Offline tabular learning: updates/s of `fit_offline` (its own timed span, dataset loading excluded;
 the median of OFFLINE_REPEATS runs), predicted as what runs here; a backend's modelled hardware
 time is printed beside it and never validated (no hardware here).
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlbench.plan import measure
-from rlbench.plan.model import Mapping, Prediction, warm_up_steps, with_actors
+from rlbench.plan.model import Mapping, Prediction, warm_up_steps
 from rlbench.plan.planner import Plan, Row, learner_gains
 
 OFFLINE_REPEATS = 5
@@ -78,36 +79,78 @@ def budget(plan: Plan, mapping: Mapping, prediction: Prediction, seconds: float)
     return int(warm + steady / (1 - measure.SETTLE)), warm
 
 
+@dataclass
+class _Pending:
+    """A check still being measured: what its runs need and the runs so far."""
+
+    check: Check
+    steps: int
+    warm: float
+    cap: float
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
 def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
               repeats: int = DEFAULT_REPEATS, steps: int | None = None, kind: str = "top") -> Check:
     """Run one mapping `repeats` times (seeds seed, seed + 1, ...; one more while they disagree): a
     replay-loop job for its warm-up plus `seconds` of steady window (or `steps`); an offline one
     OFFLINE_REPEATS times."""
-    import rlbench
+    return run_checks(plan, [(row, rank, kind)], seconds=seconds, seed=seed, repeats=repeats, steps=steps)[0]
 
-    mapping, prediction = row.mapping, row.prediction
-    check = Check(mapping, prediction, rank, kind)
-    if prediction.env_steps_per_s is None:
-        return _run_offline(check, seed)
-    planned, warm = budget(plan, mapping, prediction, seconds)
-    steps = steps or planned
-    cap = max(60.0, CAP_FACTOR * seconds)
-    runs: list[dict[str, Any]] = []
-    while not measure.enough([(r["rate"], r["contended"]) for r in runs], repeats, repeats + EXTRA_RUNS, AGREEMENT):
-        result = rlbench.run(mapping.config(steps=steps, seconds=cap, eval_episodes=0, seed=seed + len(runs)))
-        check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
-        check.steps = result["throughput"]["env_steps"]
-        state = result.get("machine_state") or {}
-        steady = measure.steady_rate(result, measure.window_start(warm, check.steps))
-        runs.append({"rate": steady.rate if steady else None, "window": steady, "contended": measure.contention(state),
-                     "machine": state})
-    check.predicted = prediction.env_steps_per_s
+
+def run_checks(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
+               repeats: int = DEFAULT_REPEATS, steps: int | None = None,
+               progress: Callable[[str], None] = lambda line: None) -> list[Check]:
+    """Run each (row, rank, kind) as `run_check` does, in rounds: a round runs once each mapping that
+    still needs a run (`measure.enough`), in order. Rounds rather than each mapping's runs back to
+    back, for the reason the profile calibrates in rounds: this host's pace moves by 20-30 % for a
+    minute at a time (docs/planner.md), and two runs back to back sample the same stretch of it, so
+    their agreement says little; runs a round apart sample different stretches, and a third run, when
+    they disagree, outvotes the stretch that was off."""
+    import rlbench
+    from rlbench.runner import stop_series_if_signalled
+
+    checks: list[Check] = []
+    pending: list[_Pending] = []
+    for row, rank, kind in rows:
+        check = Check(row.mapping, row.prediction, rank, kind)
+        checks.append(check)
+        if row.prediction.env_steps_per_s is None:
+            _run_offline(check, seed)
+            continue
+        planned, warm = budget(plan, row.mapping, row.prediction, seconds)
+        pending.append(_Pending(check, steps or planned, warm, max(60.0, CAP_FACTOR * seconds)))
+    for round_ in range(repeats + EXTRA_RUNS):
+        for item in pending:
+            if measure.enough([(r["rate"], r["contended"]) for r in item.runs], repeats, repeats + EXTRA_RUNS,
+                              AGREEMENT):
+                continue
+            check = item.check
+            result = stop_series_if_signalled(rlbench.run(check.mapping.config(
+                steps=item.steps, seconds=item.cap, eval_episodes=0, seed=seed + len(item.runs))))
+            check.status = result["status"] + (f" ({result['status_reason']})" if result.get("status_reason") else "")
+            check.steps = result["throughput"]["env_steps"]
+            state = result.get("machine_state") or {}
+            steady = measure.steady_rate(result, measure.window_start(item.warm, check.steps))
+            item.runs.append({"rate": steady.rate if steady else None, "window": steady,
+                              "contended": measure.contention(state), "machine": state})
+            progress(f"round {round_ + 1}: ran {_name(check)} {check.mapping.label()}: predicted "
+                     f"{_rate(check.prediction.env_steps_per_s)}, measured {_rate(item.runs[-1]['rate'])}"
+                     + (f" [contended: {item.runs[-1]['contended']}]" if item.runs[-1]["contended"] else ""))
+    for item in pending:
+        _settle(plan, item.check, item.runs)
+    return checks
+
+
+def _settle(plan: Plan, check: Check, runs: list[dict[str, Any]]) -> None:
+    """A check's figures from its runs: the median of the undisturbed ones (all, where none was)."""
+    check.predicted = check.prediction.env_steps_per_s
     kept = measure.kept(runs)
     check.left_out = len(runs) - len(kept)
     if not kept:
         check.status += "; too few episodes in the steady window to measure it"
         check.machine = runs[-1]["machine"]
-        return check
+        return
     check.machine = kept[-1]["machine"]
     check.contended = "; ".join(sorted({r["contended"] for r in kept if r["contended"]}))
     check.runs = [r["rate"] for r in kept]
@@ -117,15 +160,19 @@ def run_check(plan: Plan, row: Row, rank: int | None, *, seconds: float = DEFAUL
     middle = min(kept, key=lambda r: abs(r["rate"] - check.measured))
     check.window_s = middle["window"].seconds
     check.measured_updates_per_s = check.measured / plan.schedule.train_every
-    return check
+
+
+def _name(check: Check) -> str:
+    return check.kind + (f" #{check.rank}" if check.rank else "")
 
 
 def _run_offline(check: Check, seed: int) -> Check:
     import rlbench
+    from rlbench.runner import stop_series_if_signalled
 
     rates = []
     for _ in range(OFFLINE_REPEATS):
-        result = rlbench.run(check.mapping.config(eval_episodes=0, seed=seed))
+        result = stop_series_if_signalled(rlbench.run(check.mapping.config(eval_episodes=0, seed=seed)))
         fit = (result.get("latency") or {}).get("learner.fit_offline") or {}
         seconds = fit.get("mean", 0.0) * 1e-6
         if seconds > 0:
@@ -185,16 +232,14 @@ def holdout_rows(plan: Plan, profile: dict[str, Any], n: int, *, seed: int = 0,
 
 def validate(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: float = DEFAULT_SECONDS, seed: int = 0,
              repeats: int = DEFAULT_REPEATS, progress: Callable[[str], None] = lambda line: None) -> list[Check]:
-    """Run each (row, rank, kind) and set measured beside predicted."""
-    checks = []
-    for row, rank, kind in rows:
-        check = run_check(plan, row, rank, seconds=seconds, seed=seed, repeats=repeats, kind=kind)
+    """Run each (row, rank, kind), in rounds (`run_checks`), and set measured beside predicted."""
+    checks = run_checks(plan, rows, seconds=seconds, seed=seed, repeats=repeats, progress=progress)
+    for check in checks:
         error = check.error
-        progress(f"ran {kind} {'#' + str(rank) if rank else ''} {row.mapping.label()}: predicted "
-                 f"{_rate(check.predicted)}, measured {_rate(check.measured)}"
+        progress(f"{_name(check)} {check.mapping.label()}: predicted {_rate(check.predicted)}, measured "
+                 f"{_rate(check.measured)} from {len(check.runs)} run(s)"
                  + (f" ({error:+.1%})" if error is not None else "")
                  + (f" [contended: {check.contended}]" if check.contended else ""))
-        checks.append(check)
     return checks
 
 
@@ -263,13 +308,10 @@ def first_choice_check(plan: Plan, *, seconds: float = DEFAULT_SECONDS, seed: in
         return f"the first choice is the default mapping itself ({default.mapping.label()}): nothing to gain"
     steps = max(budget(plan, chosen.mapping, chosen.prediction, seconds)[0],
                 budget(plan, default.mapping, default.prediction, seconds)[0])
-    checks = []
-    for row, kind in ((chosen, "top"), (default, "default")):
-        check = run_check(plan, row, row.rank if row is chosen else None, seconds=seconds, seed=seed, repeats=repeats,
-                          steps=steps, kind=kind)
-        progress(f"--check ran {row.mapping.label()}: predicted {_rate(check.predicted)}, measured "
-                 f"{_rate(check.measured)}")
-        checks.append(check)
+    # in rounds: the first choice, then the default, then each again, so both sample the same stretches
+    # of the host's pace and the gain between them is measured in the same conditions
+    checks = run_checks(plan, [(chosen, chosen.rank, "top"), (default, None, "default")], seconds=seconds, seed=seed,
+                        repeats=repeats, steps=steps, progress=lambda line: progress("--check " + line))
     return GainCheck(checks[0], checks[1], "first choice over the default")
 
 
@@ -280,7 +322,7 @@ def policy_check(plan: Plan, learners: int, *, steps: int | None = None, seed: i
     plan's best data-parallel family with that count, and the speed-up in updates/s they measure
     (the bench's own figure) beside the plan's prediction."""
     from rlbench.bench import policies as bench
-    from rlbench.runner import run
+    from rlbench.runner import run, stop_series_if_signalled
 
     gain = next((g for g in learner_gains(plan) if g.parallel.mapping.learners == learners), None)
     if gain is None:
@@ -292,7 +334,7 @@ def policy_check(plan: Plan, learners: int, *, steps: int | None = None, seed: i
     for policy, count, row in (("data-parallel", learners, gain.parallel), ("single-learner", 1, gain.single)):
         config = bench.policy_config(policy, count, steps, mapping.transport, mapping.actors, seed,
                                      hyperparameters=hp, replay=mapping.replay, compute=mapping.compute)
-        result = run(config)
+        result = stop_series_if_signalled(run(config))
         measured = bench.summarise(f"{policy} x{count}", result, bench.DEFAULT_TARGET)
         check = Check(replace(row.mapping), row.prediction, row.rank, "policy", predicted=row.prediction.updates_per_s,
                       measured=measured["updates_per_s"], status=result["status"],
@@ -308,16 +350,9 @@ def sweep_actors(plan: Plan, mapping: Mapping, max_actors: int, *, seconds: floa
                  progress: Callable[[str], None] = lambda line: None) -> list[Check]:
     """Run `mapping`'s family at 1..max_actors actors: predicted beside measured."""
     by_actors = {row.mapping.actors: row for row in plan.rows if row.mapping.family == mapping.family}
-    checks = []
-    for actors in range(1, max_actors + 1):
-        row = by_actors.get(actors)
-        if row is None:
-            continue
-        check = run_check(plan, row, row.rank, seconds=seconds, seed=seed, repeats=repeats)
-        progress(f"{with_actors(mapping, actors).label()}: predicted {_rate(check.predicted)}, "
-                 f"measured {_rate(check.measured)}")
-        checks.append(check)
-    return checks
+    rows = [(by_actors[actors], by_actors[actors].rank, "top") for actors in range(1, max_actors + 1)
+            if actors in by_actors]
+    return run_checks(plan, rows, seconds=seconds, seed=seed, repeats=repeats, progress=progress)
 
 
 def _rate(value: float | None) -> str:
