@@ -38,12 +38,24 @@ class SignalInterrupt(KeyboardInterrupt):
     """A second stop signal: the run is interrupted at once, and `rlbench run` exits 128 + `signum`
     (143 for SIGTERM), as it does when the first one stops the run in order."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, why: str = "a second time: stopped at once") -> None:
         super().__init__(signum)
         self.signum = signum
+        self.why = why
 
     def __str__(self) -> str:
-        return f"{STOP_SIGNALS[self.signum]}, a second time: stopped at once"
+        return f"{STOP_SIGNALS[self.signum]}, {self.why}"
+
+
+def stop_series_if_signalled(result: dict[str, Any]) -> dict[str, Any]:
+    """`result`, unless a stop signal ended its run: then SignalInterrupt. For commands that run one
+    run after another (profile, plan's validation, benchmarks): the runner takes the signal to stop
+    the run in progress in order, so without this the next run would start, and such a command could
+    only be stopped by a second signal landing in the same run."""
+    if result.get("stop_signal"):
+        raise SignalInterrupt(result["stop_signal"], "while a run of a series was in progress: it stopped in order, "
+                                                     "and no further run started")
+    return result
 
 
 @contextmanager

@@ -70,11 +70,12 @@ DDPG = Comparison("ddpg", "Pendulum-v1", "cleanrl/ddpg_continuous_action.py",
 def run_rlbench(comparison: Comparison, steps: int, seed: int) -> dict[str, Any]:
     """One run through rlbench.run; the same fields as the CleanRL-style loop reports."""
     from rlbench.config import RunConfig
-    from rlbench.runner import run
+    from rlbench.runner import run, stop_series_if_signalled
 
-    result = run(RunConfig(algo=comparison.algo, env=comparison.env, replay="uniform", compute="cpu",
-                           placement="local", seed=seed, steps=steps, eval_episodes=EVAL_EPISODES,
-                           hyperparameters=comparison.rlbench_hyperparameters(steps)))
+    config = RunConfig(algo=comparison.algo, env=comparison.env, replay="uniform", compute="cpu", placement="local",
+                       seed=seed, steps=steps, eval_episodes=EVAL_EPISODES,
+                       hyperparameters=comparison.rlbench_hyperparameters(steps))
+    result = stop_series_if_signalled(run(config))
     split = result["loop"]["time_split"]["local"]
     return {"env_steps": result["throughput"]["env_steps"],
             "env_steps_per_s": result["throughput"]["steady_env_steps_per_s"],

@@ -140,9 +140,9 @@ def time_to_threshold(curve: list[dict[str, float]], threshold: float, window: i
 
 def measure(cell: Cell, seed: int = SEED) -> dict[str, float]:
     """One real run of the cell; raises RuntimeError when the run does not complete."""
-    from rlbench.runner import run
+    from rlbench.runner import run, stop_series_if_signalled
 
-    result = run(cell.run_config(seed))
+    result = stop_series_if_signalled(run(cell.run_config(seed)))
     if result["status"] != "complete":
         raise RuntimeError(f"{cell.label}: run {result['status']}: {result['status_reason']}")
     latency = result["latency"]

@@ -72,12 +72,12 @@ def summarise(label: str, result: dict[str, Any], target: float) -> dict[str, An
 
 def run_local(learner_counts: tuple[int, ...], steps: int, batch_size: int, transport: str, actors: int,
               seed: int, target: float) -> list[dict[str, Any]]:
-    from rlbench.runner import run
+    from rlbench.runner import run, stop_series_if_signalled
 
     rows = []
     for policy, learners in [("device", 1), ("single-learner", 1)] + [("data-parallel", n) for n in learner_counts]:
-        result = run(policy_config(policy, learners, steps, transport, actors, seed,
-                                   hyperparameters=job_hyperparameters(batch_size)))
+        result = stop_series_if_signalled(run(policy_config(policy, learners, steps, transport, actors, seed,
+                                                            hyperparameters=job_hyperparameters(batch_size))))
         rows.append(summarise(f"{policy} x{learners}", result, target))
     return rows
 

@@ -17,9 +17,9 @@ PAPER_IN_NETWORK = "paper: in-network -21.9 % to -29.1 % prioritized-sampling co
 
 def _run(**kw):
     from rlbench.config import RunConfig
-    from rlbench.runner import run
+    from rlbench.runner import run, stop_series_if_signalled
 
-    return run(RunConfig(eval_episodes=0, **kw))
+    return stop_series_if_signalled(run(RunConfig(eval_episodes=0, **kw)))
 
 
 def _sample_latency(result) -> dict:

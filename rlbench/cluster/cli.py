@@ -142,13 +142,13 @@ def benchmark_launchers(steps: int, actors: int, transport: str, ray_address: st
     """The same DQN job under the local launcher, then under Ray (started for the run unless an
     address is given), one thread per process; steady env steps/s, Ray's start-up."""
     from rlbench.kit.bench import pin_one_thread
-    from rlbench.runner import run
+    from rlbench.runner import run, stop_series_if_signalled
 
     pin_one_thread()
     os.environ["OMP_NUM_THREADS"] = "1"  # the role processes too (Ray's workers inherit it)
     results: dict[str, Any] = {"steps": steps, "actors": actors, "transport": transport, "launchers": {}}
     for name, extra in (("local", {}), ("ray", {"launcher": "ray", "ray_address": ray_address})):
-        result = run(_job(steps, actors, transport, **extra))
+        result = stop_series_if_signalled(run(_job(steps, actors, transport, **extra)))
         loop = result["loop"]
         results["launchers"][name] = {
             "status": result["status"], "reason": result["status_reason"],

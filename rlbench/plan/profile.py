@@ -1076,6 +1076,7 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     and whether someone else used the machine meanwhile."""
     import rlbench
     from rlbench.config import RunConfig
+    from rlbench.runner import stop_series_if_signalled
 
     learning_starts, steps, lead = _calibration_budget(job, figures, setting, cores)
     overrides = {**job.overrides(), "learning_starts": learning_starts, "train_every": setting.train_every}
@@ -1083,7 +1084,7 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
                        transport=setting.transport or "shm", replay="prioritized", compute=setting.compute,
                        actors=setting.actors, steps=steps, seed=seed, eval_episodes=0, hyperparameters=overrides,
                        policy="data-parallel" if setting.learners > 1 else "single-learner", learners=setting.learners)
-    result = rlbench.run(config)
+    result = stop_series_if_signalled(rlbench.run(config))
     state = result.get("machine_state") or {}
     run: dict[str, Any] = {"seed": seed, "status": result["status"], "wall_s": result["timing"]["wall_s"],
                            "steps": result["throughput"]["env_steps"], "contended": measure.contention(state),
