@@ -36,7 +36,8 @@ STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped 
 
 class SignalInterrupt(KeyboardInterrupt):
     """A second stop signal: the run is interrupted at once, and `rlbench run` exits 128 + `signum`
-    (143 for SIGTERM), as it does when the first one stops the run in order."""
+    (143 for SIGTERM), as it does when the first one stops the run in order. Also raised after a
+    run of a series that a first signal stopped (`stop_series_if_signalled`), with that `why`."""
 
     def __init__(self, signum: int, why: str = "a second time: stopped at once") -> None:
         super().__init__(signum)

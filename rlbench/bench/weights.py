@@ -98,7 +98,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def run_local(settings: tuple[int, int], steps: int, actors: int, transport: str, seed: int) -> list[dict[str, Any]]:
     from rlbench.runner import run, stop_series_if_signalled
 
-    return [summarise(every, stop_series_if_signalled(run(run_config(every, steps, actors, transport, seed)))) for every in settings]
+    return [summarise(every, stop_series_if_signalled(run(run_config(every, steps, actors, transport, seed))))
+            for every in settings]
 
 
 def veth_counters(cluster: Any) -> dict[str, dict[str, int]]:
