@@ -824,6 +824,38 @@ def test_a_validation_run_repeats_until_undisturbed_runs_agree(monkeypatch):
     assert busy.contended == "other processes used 0.90 cores"
 
 
+def test_a_distributed_validation_run_sets_the_learners_measured_split_beside_the_models(monkeypatch):
+    plan = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST,
+                             only={"placement": "server", "transport": "shm", "replay": "uniform", "compute": "cpu"})
+    row = plan.rows[0]
+    k = plan.schedule.train_every
+    predicted = {term.name: term.us * k for term in row.prediction.learner_terms}
+    rate = row.prediction.env_steps_per_s * 0.8  # the run 20 % slower than predicted ...
+    compute_us = predicted["update"] + 0.25 * 1e6 * k / row.prediction.env_steps_per_s  # ... all in its compute
+
+    def fake_run(config):
+        curve = _curve((1000, 20_000.0), (config.steps - 1000, rate))
+        updates = (config.steps - 1000) // k
+        return {"status": "complete", "throughput": {"env_steps": curve[-1]["step"], "updates": updates},
+                "learning_curve": curve, "machine_state": {"other_processes_cores": 0.0},
+                "latency": {"replay.SAMPLE": {"count": updates + 1, "mean": 300.0, "max": 300.0}},
+                "loop": {"roles": {"learner": {"updates": updates}},
+                         "time_split": {"learner": {"learner": compute_us * 1e-6 * updates, "allreduce": 0.0,
+                                                    "weights": 0.0, "bookkeeping": 0.0, "window_s": 1.0}}}}
+
+    monkeypatch.setattr(rlbench, "run", fake_run)
+    lines = []
+    check = validation.validate(plan, [(row, 1, "top")], seconds=1.0, progress=lines.append)[0]
+    split = {part: (p, m) for part, p, m in check.learner_split}
+    assert split["compute"] == (pytest.approx(predicted["update"]), pytest.approx(compute_us))
+    assert split["wait"][1] == pytest.approx(300.0)
+    assert split["period"][0] == pytest.approx(1e6 * k / row.prediction.env_steps_per_s)
+    assert split["period"][1] == pytest.approx(1e6 * k / rate, rel=1e-3)  # measured: from the steady rate
+    assert "learner per update, predicted/measured us: compute" in lines[0]
+    local = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST, only={"placement": "local"}).rows[0]
+    assert validation.learner_split(local.prediction, {}, k, 1000.0) == []  # one process: no learner of its own
+
+
 def test_repeats_are_enough_when_any_two_undisturbed_runs_agree():
     assert not measure.enough([(900.0, ""), (1200.0, "")], 2, 4, 0.10)
     assert measure.enough([(900.0, ""), (1200.0, ""), (950.0, "")], 2, 4, 0.10)  # 900 and 950 agree

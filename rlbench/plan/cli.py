@@ -464,7 +464,9 @@ def check_json(check: Any) -> dict[str, Any]:
             "predicted_spread": check.prediction.spread, "measured": check.measured, "spread": check.spread,
             "runs": check.runs, "left_out": check.left_out, "error": check.error,
             "measured_updates_per_s": check.measured_updates_per_s, "predicted_updates_per_s": check.prediction.updates_per_s, "status": check.status, "steps": check.steps,
-            "window_s": check.window_s, "contended": check.contended, "machine_state": check.machine}
+            "window_s": check.window_s, "contended": check.contended, "machine_state": check.machine,
+            "learner_per_update_us": [{"part": part, "predicted": predicted, "measured": measured}
+                                      for part, predicted, measured in check.learner_split]}
 
 
 def gain_json(outcome: Any, plan: Any) -> dict[str, Any]:

@@ -243,6 +243,7 @@ class Prediction:
     seconds: float | None = None  # offline: the predicted fit_offline time
     spread: float = 0.0  # relative spread of the prediction (from the profile's spreads)
     terms: list[Term] = field(default_factory=list)  # the binding bound's terms, per env step
+    learner_terms: list[Term] = field(default_factory=list)  # distributed: the learner's, whichever bound binds
     actor_supply: float | None = None  # env steps/s one actor supplies running free
     demand: float | None = None  # env steps/s the rest of the mapping takes at most (its tightest other bound)
 
@@ -791,7 +792,7 @@ def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, A
     others = min(v for key, v in named.items() if keys[key] != "actors")
     return Prediction(env_steps_per_s=x, updates_per_s=x / k, samples_per_s=x / k * schedule.batch_size,
                       bottleneck=detail, bounds=named, busy_cores=busy, spread=_combined_spread(terms), terms=terms,
-                      actor_supply=1e6 / bounds["a"], demand=others)
+                      learner_terms=bounds["terms"]["learner"], actor_supply=1e6 / bounds["a"], demand=others)
 
 
 # ----------------------------------------------------------------------------------- shared

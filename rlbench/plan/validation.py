@@ -42,6 +42,10 @@ AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to EXT
 EXTRA_RUNS = 2
 CAP_FACTOR = 12  # a run is stopped after this many times its planned duration (60 s at least)
 MIN_STEADY_STEPS = 1_500  # env steps of steady window at least
+# the learner's period per update, part by part: (part, the model's terms, the run's time split)
+LEARNER_PARTS = (("compute", ("update",), "compute_us"), ("wait", ("waiting for the replay node",), "wait_us"),
+                 ("all-reduce", ("all-reduce",), "allreduce_us"), ("weights", ("weight sends",), "weights_us"),
+                 ("loop", ("loop",), "loop_us"), ("turns", ("taking turns on the cores",), None))
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Check:
     left_out: int = 0  # runs disturbed by other processes, left out for undisturbed ones
     machine: dict[str, Any] = field(default_factory=dict)  # the last run's machine state
     contended: str = ""  # what disturbed any of its runs
+    # the learner's period per update: (part, predicted us, the median run's measured us) (`learner_split`)
+    learner_split: list[tuple[str, float | None, float | None]] = field(default_factory=list)
 
     @property
     def error(self) -> float | None:
@@ -132,11 +138,15 @@ def run_checks(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: 
             check.steps = result["throughput"]["env_steps"]
             state = result.get("machine_state") or {}
             steady = measure.steady_rate(result, measure.window_start(item.warm, check.steps))
-            item.runs.append({"rate": steady.rate if steady else None, "window": steady,
-                              "contended": measure.contention(state), "machine": state})
+            run = {"rate": steady.rate if steady else None, "window": steady, "contended": measure.contention(state),
+                   "machine": state,
+                   "learner": (measure.role_costs(result).get("learner") or {}) if check.prediction.learner_terms else {}}
+            item.runs.append(run)
+            split = learner_split(check.prediction, run["learner"], plan.schedule.train_every, run["rate"])
             progress(f"round {round_ + 1}: ran {_name(check)} {check.mapping.label()}: predicted "
-                     f"{_rate(check.prediction.env_steps_per_s)}, measured {_rate(item.runs[-1]['rate'])}"
-                     + (f" [contended: {item.runs[-1]['contended']}]" if item.runs[-1]["contended"] else ""))
+                     f"{_rate(check.prediction.env_steps_per_s)}, measured {_rate(run['rate'])}"
+                     + (f" [contended: {run['contended']}]" if run["contended"] else "")
+                     + (f"; learner per update, predicted/measured us: {format_split(split)}" if split else ""))
     for item in pending:
         _settle(plan, item.check, item.runs)
     return checks
@@ -159,7 +169,30 @@ def _settle(plan: Plan, check: Check, runs: list[dict[str, Any]]) -> None:
     check.spread = max(across, statistics.median(within) if within else 0.0)
     middle = min(kept, key=lambda r: abs(r["rate"] - check.measured))
     check.window_s = middle["window"].seconds
+    check.learner_split = learner_split(check.prediction, middle["learner"], plan.schedule.train_every, middle["rate"])
     check.measured_updates_per_s = check.measured / plan.schedule.train_every
+
+
+def learner_split(prediction: Prediction, measured_us: dict[str, Any], train_every: int,
+                  rate: float | None) -> list[tuple[str, float | None, float | None]]:
+    """A distributed run's learner period per update, part by part: (part, the model's microseconds,
+    the run's time split's), and the whole period (from the rate). Where a prediction misses, this
+    says which part of the learner's period it missed. [] for a mapping with no learner terms."""
+    if not prediction.learner_terms:
+        return []
+    by_name = {term.name: term.us * train_every for term in prediction.learner_terms}
+    parts = [(part, sum(by_name.get(name, 0.0) for name in names), measured_us.get(key) if key else None)
+             for part, names, key in LEARNER_PARTS]
+    period = 1e6 * train_every / rate if rate else None
+    return parts + [("period", 1e6 * train_every / prediction.env_steps_per_s, period)]
+
+
+def format_split(split: list[tuple[str, float | None, float | None]]) -> str:
+    def us(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.0f}"
+
+    return ", ".join(f"{part} {us(predicted)}/{us(measured)}" for part, predicted, measured in split
+                     if predicted or measured)
 
 
 def _name(check: Check) -> str:
