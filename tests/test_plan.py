@@ -91,6 +91,26 @@ def test_distributed_learner_period_is_the_calibrated_learners_lines_plus_what_t
     assert prediction.bounds["replay node"] == pytest.approx(1e6 / (60 / 128 + 50))
 
 
+def test_a_device_replay_memorys_own_server_run_sets_its_wait_in_place_of_its_micro_cycle():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    figures["replay"]["fpga"] = {**figures["replay"]["prioritized"], "device": "opencl", "cycle_us": 15.0 + 25.0}
+    server = dqn_mapping(placement="server", transport="shm", replay="fpga")
+    in_network = dqn_mapping(placement="in-network", transport="shm", replay="fpga")
+    # no run of its own: its micro cycle, 25 us over prioritized's, lies on the learner's path
+    assert model.predict_distributed(server, figures, host, schedule).bounds["learner"] == pytest.approx(1e6 / 975)
+    before = model.predict_distributed(in_network, figures, host, schedule).bounds["learner"]
+    # its own server run: its device's threads beside the roles made the learner wait 220 us, the cpu run 100
+    figures["calibration"]["shm/server/replay-fpga"] = {**figures["calibration"]["shm/server"], "replay": "fpga",
+                                                        "learner_wait_us": 220.0}
+    assert model.replay_wait_delta(figures, "fpga") == pytest.approx(120.0)
+    assert model.predict_distributed(server, figures, host, schedule).bounds["learner"] == pytest.approx(1e6 / 1070)
+    # in-network the node draws the next batch while the learner learns: the micro cycle, as before
+    assert model.predict_distributed(in_network, figures, host, schedule).bounds["learner"] == pytest.approx(before)
+    assert model.replay_wait_delta(figures, "uniform") is None
+
+
 def test_in_network_hides_sampling_behind_learning_and_waits_only_for_the_excess():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
@@ -741,16 +761,19 @@ def test_calibration_runs_its_settings_in_rounds_until_undisturbed_runs_agree_an
 
 def test_calibration_settings_name_the_runs_the_model_reads():
     figures = job_figures(handmade())
+    figures["replay"]["fpga"] = {**figures["replay"]["prioritized"], "device": "opencl"}  # a device's threads
+    figures["replay"]["memmap"] = {**figures["replay"]["prioritized"], "device": "disk"}  # the node's own thread
     transports = handmade()["hosts"][HOST]["transports"]
     settings = profile.calibration_settings(DQN, figures, transports, rlbench.get_registry(), calibrate=("shm", "tcp"),
                                             cores=2)
     keys = [s.key for s in settings]
     # tcp's replay node failed when profiled: no run over it
     assert keys == ["local", "local/actor-heavy", "shm/server", "shm/in-network", "shm/server/fpga",
-                    "shm/server/saturated-2", "shm/server/data-parallel-2"]
+                    "shm/server/replay-fpga", "shm/server/saturated-2", "shm/server/data-parallel-2"]
     heavy = {s.key: s for s in settings}
     assert heavy["local/actor-heavy"].train_every >= 8 and not heavy["local/actor-heavy"].free_phase
     assert heavy["shm/server/saturated-2"].actors == 2 and heavy["shm/server/fpga"].compute == "fpga"
+    assert heavy["shm/server/replay-fpga"].replay == "fpga" and heavy["shm/server/replay-fpga"].compute == "cpu"
     assert heavy["shm/server/saturated-2"].train_every > 1 and not heavy["shm/server/saturated-2"].free_phase
     assert heavy["shm/server"].free_phase and heavy["shm/server"].train_every == 1
     assert heavy["shm/server/data-parallel-2"].learners == 2
@@ -782,10 +805,13 @@ def test_a_profile_of_an_older_rlbench_is_refused_in_one_line(tmp_path):
 # ------------------------------------------------------------------------- checks of the gain
 def test_the_holdout_draws_reproducibly_from_mappings_the_profile_never_calibrated():
     document = handmade()
+    calibration = job_figures(document)["calibration"]
+    calibration["shm/server/replay-uniform"] = {**calibration["shm/server"], "replay": "uniform"}
     plan = planner.make_plan(DQN, document, max_actors=4, this_host=HOST)
     trained = validation.calibrated(plan, document)
     shape = lambda **fields: validation._shape(dqn_mapping(**fields))  # noqa: E731
     assert shape(placement="server", transport="shm") in trained
+    assert shape(placement="server", transport="shm", replay="uniform") in trained  # a replay memory's own run
     assert shape(placement="server", transport="shm", actors=4) in trained  # the saturated runs' mappings
     assert shape(placement="server", transport="shm", policy="data-parallel", learners=2) in trained
     assert shape(placement="local") in trained and shape(placement="server", transport="shm", actors=3) not in trained

@@ -631,6 +631,24 @@ def backend_deltas(job: dict[str, Any], compute: str) -> BackendDeltas:
                          own["free_step_us"] - cpu["free_step_us"])
 
 
+def replay_wait_delta(job: dict[str, Any], replay: str) -> float | None:
+    """What a replay memory on a device adds to a server learner's wait for its batch, from its own
+    calibration run (server, learner-bound, one actor) against the cpu server run over the same
+    transport; None where it has none (its micro cycle is then the difference). Its device's threads
+    run beside the node, the learner and the actor there, and its micro figure, timed alone, leaves
+    that out: fpga replay waited 238-310 us per update in a run where prioritized waited 155-167, with
+    their micro cycles 24 us apart."""
+    runs = job.get("calibration") or {}
+    own = next(((key, r) for key, r in runs.items() if key.endswith(f"/server/replay-{replay}") and "failed" not in r
+                and "learner_wait_us" in r), None)
+    if own is None:
+        return None
+    cpu = runs.get(own[0].split("/")[0] + "/server") or {}
+    if "failed" in cpu or "learner_wait_us" not in cpu:
+        return None
+    return own[1]["learner_wait_us"] - cpu["learner_wait_us"]
+
+
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
     """What lies on the learner's path to its next batch, beyond its own work (module docstring: crit)."""
     if placement == "server":
@@ -701,7 +719,11 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     own = compute + weights + loop + node["priorities_send_us"]
     ref_own = calibrated.compute + calibrated.weights + calibrated.loop + ref_node["priorities_send_us"]
     queue = (learners - 1) / 2 * (_batch_cost(job, mapping.transport, node) + node["node"].get("priorities_us", 0.0))
-    wait = max(0.0, wait_cal + _critical(node, mapping.placement, d_cycle, own, every) + queue - queue_cal
+    # the memory's cost on the learner's path: at a server, as its own calibration run measured it
+    # where it has one (its device beside the roles), else its micro cycle
+    in_situ = replay_wait_delta(job, mapping.replay) if mapping.placement == "server" else None
+    wait = max(0.0, wait_cal + (in_situ or 0.0) + queue - queue_cal
+               + _critical(node, mapping.placement, d_cycle if in_situ is None else 0.0, own, every)
                - _critical(ref_node, mapping.placement, 0.0, ref_own, _calibrated_publish_every(job)))
     learner_terms = [Term("update", compute / k, spreads["compute"]),
                      Term("waiting for the replay node", wait / k, spreads["wait"]),

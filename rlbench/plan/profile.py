@@ -108,6 +108,9 @@ CALIBRATION_AGREEMENT = 0.10  # ... (max - min) / median; more runs until they d
 CALIBRATION_MAX_REPEATS = 3
 PROFILE_BUDGET_S = 115.0  # calibration rounds past CALIBRATION_REPEATS run a setting only where it ends before this
 # (seconds from the profile's start): two minutes, less a margin for the runs' own spread
+# replay memories whose work is the node's own thread's (the host's memory, a file): their micro figures
+# hold in a run; a memory on another device runs that device's threads or calls beside the roles
+HOST_SIDE = ("host", "disk")
 ACTOR_HEAVY_SHARE = 0.25  # an actor-heavy calibration run trains so rarely that the learner's work per env
 # step is about this share of the actor's
 
@@ -995,6 +998,7 @@ class Calibration:
     placement: str
     transport: str | None = None
     compute: str = "cpu"
+    replay: str = "prioritized"
     actors: int = 1
     train_every: int = 1
     free_phase: bool = True  # its warm-up lasts long enough to time the actor alone
@@ -1010,6 +1014,9 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
       learner-bound, one actor; the learner's period, the split of it, each role's CPU;
     - `T/server/NAME` (the first of them) for each other compute backend: what its threads or device
       calls cost beside the other roles (an OpenCL device's threads compete with them for the cores);
+    - `T/server/replay-NAME` for each replay memory on a device (not the host's memory or a file):
+      what its device work adds to the learner's wait for a batch beside the other roles, which its
+      micro figure, timed alone, does not show;
     - `T/server/saturated-A`, A = cores actors, actor-heavy, so every core is busy: how much dearer
       each role's work gets when processes outnumber cores;
     - `T/server/data-parallel-2` (where the policy is registered and the batch splits): two learners
@@ -1032,6 +1039,8 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     if served and "server" in placements:
         runs += [Calibration(f"{served[0]}/server/{name}", "server", served[0], compute=name)
                  for name, c in figures["compute"].items() if name != "cpu" and c.get("available")]
+        runs += [Calibration(f"{served[0]}/server/replay-{name}", "server", served[0], replay=name)
+                 for name, m in figures["replay"].items() if m.get("available") and m.get("device") not in HOST_SIDE]
         runs.append(Calibration(f"{served[0]}/server/saturated-{max(2, cores)}", "server", served[0],
                                 actors=max(2, cores), train_every=heavy, free_phase=False))
         parallel = "data-parallel" in {c.name for c in registry.components("policy")}
@@ -1081,7 +1090,7 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     learning_starts, steps, lead = _calibration_budget(job, figures, setting, cores)
     overrides = {**job.overrides(), "learning_starts": learning_starts, "train_every": setting.train_every}
     config = RunConfig(algo=job.algo, env=job.env, num_envs=job.num_envs, placement=setting.placement,
-                       transport=setting.transport or "shm", replay="prioritized", compute=setting.compute,
+                       transport=setting.transport or "shm", replay=setting.replay, compute=setting.compute,
                        actors=setting.actors, steps=steps, seed=seed, eval_episodes=0, hyperparameters=overrides,
                        policy="data-parallel" if setting.learners > 1 else "single-learner", learners=setting.learners)
     result = stop_series_if_signalled(rlbench.run(config))
@@ -1110,6 +1119,7 @@ def calibration_entry(setting: Calibration, runs: list[dict[str, Any]]) -> dict[
     windows' own spread. Runs left out stay in the entry, saying why."""
     good = measure.kept(runs, "env_steps_per_s")
     entry: dict[str, Any] = {"placement": setting.placement, "transport": setting.transport, "compute": setting.compute,
+                             "replay": setting.replay,
                              "actors": setting.actors, "train_every": setting.train_every, "learners": setting.learners,
                              "method": "steady windows of repeated calibration runs (rlbench.plan.measure)",
                              "runs": runs, "repeats": len(good), "left_out": len(runs) - len(good),

@@ -42,10 +42,11 @@ AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to EXT
 EXTRA_RUNS = 2
 CAP_FACTOR = 12  # a run is stopped after this many times its planned duration (60 s at least)
 MIN_STEADY_STEPS = 1_500  # env steps of steady window at least
-# the learner's period per update, part by part: (part, the model's terms, the run's time split)
-LEARNER_PARTS = (("compute", ("update",), "compute_us"), ("wait", ("waiting for the replay node",), "wait_us"),
-                 ("all-reduce", ("all-reduce",), "allreduce_us"), ("weights", ("weight sends",), "weights_us"),
-                 ("loop", ("loop",), "loop_us"), ("turns", ("taking turns on the cores",), None))
+# the learner's period per update, part by part: (part, the model's term, the run's time split; None:
+# a run spreads the model's taking turns over the other parts)
+LEARNER_PARTS = (("compute", "update", "compute_us"), ("wait", "waiting for the replay node", "wait_us"),
+                 ("all-reduce", "all-reduce", "allreduce_us"), ("weights", "weight sends", "weights_us"),
+                 ("loop", "loop", "loop_us"), ("turns", "taking turns on the cores", None))
 
 
 @dataclass
@@ -138,9 +139,9 @@ def run_checks(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: 
             check.steps = result["throughput"]["env_steps"]
             state = result.get("machine_state") or {}
             steady = measure.steady_rate(result, measure.window_start(item.warm, check.steps))
+            learner = (measure.role_costs(result).get("learner") or {}) if check.prediction.learner_terms else {}
             run = {"rate": steady.rate if steady else None, "window": steady, "contended": measure.contention(state),
-                   "machine": state,
-                   "learner": (measure.role_costs(result).get("learner") or {}) if check.prediction.learner_terms else {}}
+                   "machine": state, "learner": learner}
             item.runs.append(run)
             split = learner_split(check.prediction, run["learner"], plan.schedule.train_every, run["rate"])
             progress(f"round {round_ + 1}: ran {_name(check)} {check.mapping.label()}: predicted "
@@ -181,8 +182,7 @@ def learner_split(prediction: Prediction, measured_us: dict[str, Any], train_eve
     if not prediction.learner_terms:
         return []
     by_name = {term.name: term.us * train_every for term in prediction.learner_terms}
-    parts = [(part, sum(by_name.get(name, 0.0) for name in names), measured_us.get(key) if key else None)
-             for part, names, key in LEARNER_PARTS]
+    parts = [(part, by_name.get(term, 0.0), measured_us.get(key) if key else None) for part, term, key in LEARNER_PARTS]
     period = 1e6 * train_every / rate if rate else None
     return parts + [("period", 1e6 * train_every / prediction.env_steps_per_s, period)]
 
@@ -241,7 +241,7 @@ def calibrated(plan: Plan, profile: dict[str, Any]) -> set[Mapping]:
             continue
         learners = run.get("learners", 1)
         found.add(_shape(Mapping(plan.job.algo, plan.job.env, run.get("compute") or "cpu", placement=run["placement"],
-                                 replay="prioritized", transport=run.get("transport"),
+                                 replay=run.get("replay", "prioritized"), transport=run.get("transport"),
                                  actors=run.get("actors", 1) if run["placement"] != "local" else 1,
                                  policy="data-parallel" if learners > 1 else "single-learner", learners=learners)))
     return found
