@@ -91,7 +91,7 @@ def test_distributed_learner_period_is_the_calibrated_learners_lines_plus_what_t
     assert prediction.bounds["replay node"] == pytest.approx(1e6 / (60 / 128 + 50))
 
 
-def test_a_device_replay_memorys_own_server_run_sets_its_wait_in_place_of_its_micro_cycle():
+def test_a_device_replay_memorys_own_server_run_sets_its_wait_and_compute_in_place_of_its_micro_figures():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
     schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
@@ -101,14 +101,16 @@ def test_a_device_replay_memorys_own_server_run_sets_its_wait_in_place_of_its_mi
     # no run of its own: its micro cycle, 25 us over prioritized's, lies on the learner's path
     assert model.predict_distributed(server, figures, host, schedule).bounds["learner"] == pytest.approx(1e6 / 975)
     before = model.predict_distributed(in_network, figures, host, schedule).bounds["learner"]
-    # its own server run: its device's threads beside the roles made the learner wait 220 us, the cpu run 100
+    # its own server run: its device's threads beside the roles made the learner wait 220 us (the cpu
+    # run 100) and compute 880 (800)
     figures["calibration"]["shm/server/replay-fpga"] = {**figures["calibration"]["shm/server"], "replay": "fpga",
-                                                        "learner_wait_us": 220.0}
-    assert model.replay_wait_delta(figures, "fpga") == pytest.approx(120.0)
-    assert model.predict_distributed(server, figures, host, schedule).bounds["learner"] == pytest.approx(1e6 / 1070)
+                                                        "learner_wait_us": 220.0, "learner_compute_us": 880.0}
+    assert model.replay_deltas(figures, "fpga") == model.ReplayDeltas(pytest.approx(120.0), pytest.approx(1.1))
+    assert model.predict_distributed(server, figures, host, schedule).bounds["learner"] == pytest.approx(
+        1e6 / (880 + 220 + 10 + 40))
     # in-network the node draws the next batch while the learner learns: the micro cycle, as before
     assert model.predict_distributed(in_network, figures, host, schedule).bounds["learner"] == pytest.approx(before)
-    assert model.replay_wait_delta(figures, "uniform") is None
+    assert model.replay_deltas(figures, "uniform") is None
 
 
 def test_in_network_hides_sampling_behind_learning_and_waits_only_for_the_excess():

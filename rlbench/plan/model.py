@@ -631,22 +631,30 @@ def backend_deltas(job: dict[str, Any], compute: str) -> BackendDeltas:
                          own["free_step_us"] - cpu["free_step_us"])
 
 
-def replay_wait_delta(job: dict[str, Any], replay: str) -> float | None:
-    """What a replay memory on a device adds to a server learner's wait for its batch, from its own
-    calibration run (server, learner-bound, one actor) against the cpu server run over the same
-    transport; None where it has none (its micro cycle is then the difference). Its device's threads
-    run beside the node, the learner and the actor there, and its micro figure, timed alone, leaves
-    that out: fpga replay waited 238-310 us per update in a run where prioritized waited 155-167, with
-    their micro cycles 24 us apart."""
+@dataclass(frozen=True)
+class ReplayDeltas:
+    """What a replay memory on a device changes in a server run against the cpu server run over the
+    same transport, from its own calibration run (server, learner-bound, one actor): its device's
+    threads run beside the node, the learner and the actor there, and its micro figures, timed alone,
+    leave that out (fpga replay: the learner waited 266-342 us per update and computed 1,103-1,184 us
+    in a run where the model, from the micro cycle, said 125 and 835)."""
+
+    wait: float  # the learner's wait for its batch, less the cpu run's (in place of the micro cycle's difference)
+    compute_ratio: float  # the learner's compute over the cpu run's: the device's threads share its core
+
+
+def replay_deltas(job: dict[str, Any], replay: str) -> ReplayDeltas | None:
+    """The memory's `ReplayDeltas`; None where it has no run of its own (its micro cycle then stands)."""
     runs = job.get("calibration") or {}
     own = next(((key, r) for key, r in runs.items() if key.endswith(f"/server/replay-{replay}") and "failed" not in r
-                and "learner_wait_us" in r), None)
+                and "learner_wait_us" in r and r.get("learner_compute_us")), None)
     if own is None:
         return None
     cpu = runs.get(own[0].split("/")[0] + "/server") or {}
-    if "failed" in cpu or "learner_wait_us" not in cpu:
+    if "failed" in cpu or "learner_wait_us" not in cpu or not cpu.get("learner_compute_us"):
         return None
-    return own[1]["learner_wait_us"] - cpu["learner_wait_us"]
+    return ReplayDeltas(own[1]["learner_wait_us"] - cpu["learner_wait_us"],
+                        own[1]["learner_compute_us"] / cpu["learner_compute_us"])
 
 
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
@@ -712,6 +720,10 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
         spreads.update(compute=grouped.spreads["compute"])
         queue_cal = (grouped.learners - 1) / 2 * (_batch_cost(job, calibrated.transport, ref_node)
                                                     + ref_node["node"].get("priorities_us", 0.0))
+    # a replay memory on a device, at a server: its own run's in-situ figures (ReplayDeltas)
+    memory = replay_deltas(job, mapping.replay) if mapping.placement == "server" else None
+    if memory is not None:
+        compute *= memory.compute_ratio
     weights = max(0.0, calibrated.weights + node["publish_send_us"] / every
                   - ref_node["publish_send_us"] / _calibrated_publish_every(job))
     loop = loop_cal
@@ -719,11 +731,9 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     own = compute + weights + loop + node["priorities_send_us"]
     ref_own = calibrated.compute + calibrated.weights + calibrated.loop + ref_node["priorities_send_us"]
     queue = (learners - 1) / 2 * (_batch_cost(job, mapping.transport, node) + node["node"].get("priorities_us", 0.0))
-    # the memory's cost on the learner's path: at a server, as its own calibration run measured it
-    # where it has one (its device beside the roles), else its micro cycle
-    in_situ = replay_wait_delta(job, mapping.replay) if mapping.placement == "server" else None
-    wait = max(0.0, wait_cal + (in_situ or 0.0) + queue - queue_cal
-               + _critical(node, mapping.placement, d_cycle if in_situ is None else 0.0, own, every)
+    # the memory's cost on the learner's path: its own run's where it has one, else its micro cycle
+    wait = max(0.0, wait_cal + (memory.wait if memory else 0.0) + queue - queue_cal
+               + _critical(node, mapping.placement, d_cycle if memory is None else 0.0, own, every)
                - _critical(ref_node, mapping.placement, 0.0, ref_own, _calibrated_publish_every(job)))
     learner_terms = [Term("update", compute / k, spreads["compute"]),
                      Term("waiting for the replay node", wait / k, spreads["wait"]),
