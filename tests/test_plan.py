@@ -954,6 +954,24 @@ def test_a_gain_check_sets_the_measured_gain_beside_the_predicted_one():
     assert gain.error == pytest.approx(1.25 / 1.30 - 1)
 
 
+def test_the_summary_reads_the_hosts_pace_off_the_default_mapping_and_warns_when_it_moved():
+    from rlbench.plan.cli import format_checks
+
+    default = dqn_mapping()
+    prediction = model.Prediction(1000.0, 1000.0, 1.0, "")
+    checks = [validation.Check(dqn_mapping(placement="server", transport="shm"), prediction, 1, predicted=1000.0,
+                               measured=800.0),
+              validation.Check(default, prediction, None, "default", predicted=1084.0, measured=885.0)]
+    slow = validation.summary(checks, default)
+    assert slow["host_pace"] == pytest.approx(885 / 1084)
+    assert "WARNING: the host's pace: the default mapping measured 82% of its prediction" in \
+        format_checks(checks, slow, seconds=4.0, offline=False)
+    checks[1].measured = 1050.0  # within the drift: said, not warned
+    steady = format_checks(checks, validation.summary(checks, default), seconds=4.0, offline=False)
+    assert "the host's pace: the default mapping measured 97%" in steady and "WARNING: the host" not in steady
+    assert validation.summary(checks)["host_pace"] is None  # no default named: no pace
+
+
 def test_check_runs_the_first_choice_and_the_default_for_the_same_steps_and_seed():
     here = profile.this_host_key()
     job = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 200, "batch_size": 32})

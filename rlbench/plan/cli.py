@@ -368,7 +368,7 @@ def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datase
                  validation.holdout_rows(plan, document, holdout_n, seed=seed, exclude=[r for r, _, _ in rows])]
     if rows:
         checks = validation.validate(plan, rows, seconds=seconds, seed=seed, repeats=repeats, progress=_echo_err)
-        summary = validation.summary(checks)
+        summary = validation.summary(checks, plan.default.mapping if plan.default else None)
         report["validation"] = {"checks": [check_json(c) for c in checks], "summary": summary}
         if not as_json:
             click.echo(format_checks(checks, summary, seconds=seconds, offline=plan.offline))
@@ -590,6 +590,8 @@ def _machine_cell(check: Any) -> str:
 
 
 def format_checks(checks: list[Any], summary: dict[str, Any], *, seconds: float, offline: bool) -> str:
+    from rlbench.plan.validation import HOST_DRIFT
+
     what = "fit_offline updates/s" if offline else f"env steps/s in each run's steady window (about {seconds:g} s)"
     body = []
     for c in checks:
@@ -608,6 +610,14 @@ def format_checks(checks: list[Any], summary: dict[str, Any], *, seconds: float,
     if summary["contended_runs"]:
         lines.append(f"WARNING: {summary['contended_runs']} of {len(checks)} runs were measured while other processes "
                      "used the machine: their errors are the machine's as much as the model's")
+    pace = summary.get("host_pace")
+    if pace is not None:
+        drifted = abs(pace - 1) > HOST_DRIFT
+        lines.append(f"{'WARNING: ' if drifted else ''}the host's pace: the default mapping measured {pace:.0%} of its "
+                     "prediction, which the profile's local calibration runs set"
+                     + (": the host ran at another pace than while it was profiled, and every error above carries "
+                        "that drift; profile again while it is steady to tell the model's error from it"
+                        if drifted else ""))
     if summary["first_vs_best"] is not None:
         lines.append(f"first choice ({summary['first_choice']}) measured {summary['first_vs_best']:.1%} of the best "
                      f"measured ({summary['best_measured']})")

@@ -276,9 +276,16 @@ def validate(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: fl
     return checks
 
 
-def summary(checks: list[Check]) -> dict[str, Any]:
+HOST_DRIFT = 0.10  # the default mapping measured this far off its prediction: the host's pace moved
+
+
+def summary(checks: list[Check], default: Mapping | None = None) -> dict[str, Any]:
     """Median and largest absolute error, per kind of check and over all; how the first choice fared
-    against the best measured; how many runs someone else's work disturbed."""
+    against the best measured; how many runs someone else's work disturbed; and the host's pace: the
+    `default` mapping's measured rate over its prediction. The default is local, predicted from the
+    profile's local calibration runs of the same loop, so its error is mostly how much faster or
+    slower the host ran than while it was profiled (this VM's pace moves 20-50 % for minutes at a
+    time, docs/planner.md), which every other mapping's error then shares."""
     def errors(chosen: list[Check]) -> dict[str, Any]:
         values = [abs(c.error) for c in chosen if c.error is not None and math.isfinite(c.error)]
         return {"mappings": len(chosen), "measured": len(values),
@@ -297,6 +304,8 @@ def summary(checks: list[Check]) -> dict[str, Any]:
         "first_choice": first.mapping.label() if first else None,
         "best_measured": best.mapping.label() if best else None,
         "first_vs_best": (first.measured / best.measured) if first and best and first.measured else None,
+        "host_pace": next((c.measured / c.predicted for c in checks if c.mapping == default and c.measured
+                           and c.predicted), None),
     }
 
 
