@@ -69,6 +69,13 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              fpga backend's) has its learner's micro figures read from cpu's (`learner_figures`),
              and its in-situ compute ratio is 1: two measurements of one learner differ only by the
              host's noise.
+    memory: a replay memory on a device (not the host's memory or a file) with its own calibration
+             run (server, one actor) sets a server learner's wait by that run's less the cpu run's,
+             in place of Δcycle(m), and its compute by their ratio: the device's threads run beside
+             the node, the learner and the actor, which its micro figures, timed alone, do not show
+             (fpga replay, measured here: the learner waited 266-342 us per update where the micro
+             cycle said 125, and computed 1,103-1,184 us where the model said 835). In-network the
+             node draws the batch while the learner learns: its micro cycle stays.
     group  = the collectives of policy data-parallel, per update: group_cal + ring(N) -
              ring(N_cal). ring(n) is gloo's all-reduce and agreement among n idle processes, measured
              for each learner count (the profile's micro figure): where processes outnumber cores a

@@ -1015,8 +1015,8 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     - `T/server/NAME` (the first of them) for each other compute backend: what its threads or device
       calls cost beside the other roles (an OpenCL device's threads compete with them for the cores);
     - `T/server/replay-NAME` for each replay memory on a device (not the host's memory or a file):
-      what its device work adds to the learner's wait for a batch beside the other roles, which its
-      micro figure, timed alone, does not show;
+      what its device's work beside the other roles does to the learner's wait for a batch and to its
+      compute, which its micro figures, timed alone, do not show;
     - `T/server/saturated-A`, A = cores actors, actor-heavy, so every core is busy: how much dearer
       each role's work gets when processes outnumber cores;
     - `T/server/data-parallel-2` (where the policy is registered and the batch splits): two learners
