@@ -619,16 +619,27 @@ class BackendDeltas:
     free_step: float = 0.0  # the actor's step running alone
 
 
+def _against_cpu_server_run(job: dict[str, Any], suffix: str,
+                            figures: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(a component's own calibration run, the key ending in `suffix`; the cpu server run over the
+    same transport), both measured and with every one of `figures`; None where either is not."""
+    runs = job.get("calibration") or {}
+    key = next((key for key in runs if key.endswith(suffix)), None)
+    if key is None:
+        return None
+    own, cpu = runs[key], runs.get(key.split("/")[0] + "/server") or {"failed": "none"}
+    if any("failed" in run or any(name not in run for name in figures) for run in (own, cpu)):
+        return None
+    return own, cpu
+
+
 def backend_deltas(job: dict[str, Any], compute: str) -> BackendDeltas:
     if compute == "cpu":
         return BackendDeltas()
-    runs = job.get("calibration") or {}
-    own = next((r for key, r in runs.items() if key.endswith(f"/server/{compute}") and "failed" not in r
-                and "learner_compute_us" in r and "free_step_us" in r), None)
-    cpu = next((r for key, r in runs.items() if key.count("/") == 1 and r.get("placement") == "server"
-                and "failed" not in r and "learner_compute_us" in r and "free_step_us" in r), None)
-    if own is None or cpu is None:
+    pair = _against_cpu_server_run(job, f"/server/{compute}", ("learner_compute_us", "free_step_us"))
+    if pair is None:
         return BackendDeltas()
+    own, cpu = pair
     # cpu's own torch learner: its two runs' compute differ by the host's drift between them (one
     # profile read 0.91 of cpu's, with cpu's runs 17 % apart, and ranked 40 fpga mappings first)
     same_learner = learner_figures(job, compute) is job["compute"].get("cpu")
@@ -652,16 +663,12 @@ class ReplayDeltas:
 
 def replay_deltas(job: dict[str, Any], replay: str) -> ReplayDeltas | None:
     """The memory's `ReplayDeltas`; None where it has no run of its own (its micro cycle then stands)."""
-    runs = job.get("calibration") or {}
-    own = next(((key, r) for key, r in runs.items() if key.endswith(f"/server/replay-{replay}") and "failed" not in r
-                and "learner_wait_us" in r and r.get("learner_compute_us")), None)
-    if own is None:
+    pair = _against_cpu_server_run(job, f"/server/replay-{replay}", ("learner_wait_us", "learner_compute_us"))
+    if pair is None:
         return None
-    cpu = runs.get(own[0].split("/")[0] + "/server") or {}
-    if "failed" in cpu or "learner_wait_us" not in cpu or not cpu.get("learner_compute_us"):
-        return None
-    return ReplayDeltas(own[1]["learner_wait_us"] - cpu["learner_wait_us"],
-                        own[1]["learner_compute_us"] / cpu["learner_compute_us"])
+    own, cpu = pair
+    return ReplayDeltas(own["learner_wait_us"] - cpu["learner_wait_us"],
+                        own["learner_compute_us"] / cpu["learner_compute_us"])
 
 
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
