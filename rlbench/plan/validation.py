@@ -139,15 +139,16 @@ def run_checks(plan: Plan, rows: list[tuple[Row, int | None, str]], *, seconds: 
             check.steps = result["throughput"]["env_steps"]
             state = result.get("machine_state") or {}
             steady = measure.steady_rate(result, measure.window_start(item.warm, check.steps))
+            rate = steady.rate if steady else None
             learner = (measure.role_costs(result).get("learner") or {}) if check.prediction.learner_terms else {}
-            run = {"rate": steady.rate if steady else None, "window": steady, "contended": measure.contention(state),
-                   "machine": state, "learner": learner}
+            run = {"rate": rate, "window": steady, "contended": measure.contention(state), "machine": state,
+                   "split": learner_split(check.prediction, learner, plan.schedule.train_every, rate)}
             item.runs.append(run)
-            split = learner_split(check.prediction, run["learner"], plan.schedule.train_every, run["rate"])
             progress(f"round {round_ + 1}: ran {_name(check)} {check.mapping.label()}: predicted "
-                     f"{_rate(check.prediction.env_steps_per_s)}, measured {_rate(run['rate'])}"
+                     f"{_rate(check.prediction.env_steps_per_s)}, measured {_rate(rate)}"
                      + (f" [contended: {run['contended']}]" if run["contended"] else "")
-                     + (f"; learner per update, predicted/measured us: {format_split(split)}" if split else ""))
+                     + (f"; learner per update, predicted/measured us: {format_split(run['split'])}"
+                        if run["split"] else ""))
     for item in pending:
         _settle(plan, item.check, item.runs)
     return checks
@@ -170,7 +171,7 @@ def _settle(plan: Plan, check: Check, runs: list[dict[str, Any]]) -> None:
     check.spread = max(across, statistics.median(within) if within else 0.0)
     middle = min(kept, key=lambda r: abs(r["rate"] - check.measured))
     check.window_s = middle["window"].seconds
-    check.learner_split = learner_split(check.prediction, middle["learner"], plan.schedule.train_every, middle["rate"])
+    check.learner_split = middle["split"]
     check.measured_updates_per_s = check.measured / plan.schedule.train_every
 
 
