@@ -37,14 +37,23 @@ def test_compute_conformance_on_cuda():
 def test_cuda_env_matches_the_cpu_env_and_the_graph_matches_eager():
     states = np.random.default_rng(0).uniform(-0.05, 0.05, (512, 4))
     actions = np.random.default_rng(1).integers(0, 2, (60, 512))
-    finals = []
+    finals, ends = [], []
     for device, graph in (("cpu", False), ("cuda", False), ("cuda", True)):
         env = BatchedCartPole(512, seed=0, device=device, graph=graph)
         env.reset()
         env.set_state(states)
-        finals.append(np.stack([env.step(a).final_observations for a in actions]))
-    assert np.allclose(finals[0], finals[1], atol=1e-5)
-    assert np.array_equal(finals[1], finals[2])
+        steps = [env.step(a) for a in actions]
+        finals.append(np.stack([step.final_observations for step in steps]))
+        ends.append(np.stack([np.logical_or(step.terminated, step.truncated) for step in steps]))
+    # An ended env restarts from the generator's draw, and the CPU generator, the CUDA one and the
+    # CUDA one inside a graph (its offsets advance per replay) draw different streams (seen on an
+    # H100): the runs are compared over each env's steps up to its first end.
+    first_episode = np.cumsum(ends[0], axis=0) - ends[0] == 0
+    assert ends[0][first_episode].sum() > 400 and first_episode.sum() > 512 * 10  # most envs ended once, ~20 steps in
+    for other in ends[1:]:
+        assert np.array_equal(ends[0][first_episode], other[first_episode])
+    assert np.allclose(finals[0][first_episode], finals[1][first_episode], atol=1e-5)
+    assert np.array_equal(finals[1][first_episode], finals[2][first_episode])  # the graph replays eager's kernels
 
 
 def test_nvml_measures_energy_on_this_gpu():
