@@ -300,6 +300,12 @@ def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str, as_
     click.echo(f"gpu / cpu env steps/s: x{report['ratio']:.2f}")
 
 
+def _format_profile(profile: dict[str, Any]) -> str:
+    top = ", ".join(f"{k['name']} {k['per_unit']:g}x {k['us_per_unit']:,.1f} us" for k in profile["top"])
+    return (f"        profile per {profile['unit']}: {profile['per_unit']:g} {profile['what']}, busy {profile['busy_us_per_unit']:,.1f} "
+            f"us of {profile['wall_us_per_unit']:,.1f} us wall ({profile['busy_share']:.0%}); costliest: {top}")
+
+
 @gpu.command("bench")
 @click.option("--seconds", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Measuring time per subject (split over 5 rounds; the median round is reported).")
@@ -317,10 +323,14 @@ def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str, as_
               help="Only these figures [default: all].")
 @click.option("--capture", type=click.Choice(["graph", "compile", "eager"]), default="graph", show_default=True,
               help="How rlbench's captured subjects launch (the compute option --gpu-capture).")
+@click.option("--profile", "profiling", is_flag=True,
+              help="Also trace each captured subject with torch.profiler: kernels per unit, the device's busy time "
+                   "against the wall time, the costliest kernels (host ops on the CPU device).")
 @_device_option
 @click.option("--json", "as_json", is_flag=True)
 def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: int, e2e_steps: int, e2e_num_envs: int,
-                  full: bool, figures: tuple[str, ...], capture: str, device: str | None, as_json: bool) -> None:
+                  full: bool, figures: tuple[str, ...], capture: str, profiling: bool, device: str | None,
+                  as_json: bool) -> None:
     """Issue #22's figures: each beside its CPU peer and plain-torch references, in one run."""
     resolved, pinned, label = _setup(device)
     from rlbench_gpu.suite import run_suite
@@ -328,7 +338,8 @@ def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: in
     report = {"threads": pinned, **run_suite(resolved, seconds=seconds, capture=capture, label=label,
                                              num_envs=num_envs, capacity=capacity, dqn_capacity=dqn_capacity,
                                              e2e_steps=None if full else e2e_steps, e2e_num_envs=e2e_num_envs,
-                                             eval_episodes=10 if full else 0, figures=figures or tuple(_FIGURES))}
+                                             eval_episodes=10 if full else 0, figures=figures or tuple(_FIGURES),
+                                             profiling=profiling)}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -358,3 +369,5 @@ def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: in
                                  and v is not None), energy]
             click.echo(f"  {row['subject']}")
             click.echo(f"      {row['where']:<7} {rate} {'; '.join(d for d in details if d)}  [{row['label']}]")
+            if row["profile"]:
+                click.echo(_format_profile(row["profile"]))

@@ -25,6 +25,8 @@ from typing import Any, Callable
 ROUNDS = 5
 PER_LAUNCH = 8  # K, as the DQN/DDPG default (hyperparameter updates_per_launch)
 ENV_STEPS_PER_LAUNCH = 16  # S, as the default (env_steps_per_launch)
+PROFILED_LAUNCHES = 20  # --profile: launches traced per captured subject
+PROFILE_TOP = 6  # --profile: the costliest kernels (ops) named per subject
 TARGETS = {  # issue #22, on an H100
     "dqn_updates": ("DQN updates/s, MLP 4-128-128-2, batch 128, prioritized replay on the device", 25_000.0),
     "replay_cycles": ("replay sample(256) + update cycles/s, 1M items, inside the captured step", 50_000.0),
@@ -48,6 +50,7 @@ class Row:
     joules_per_million: float | None = None
     energy_note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] | None = None  # --profile: where a launch's time goes (Bench.profile)
 
 
 @dataclass
@@ -62,12 +65,13 @@ class Figure:
 
 
 class Bench:
-    def __init__(self, device: Any, seconds: float, capture: str, label: str) -> None:
+    def __init__(self, device: Any, seconds: float, capture: str, label: str, profiling: bool = False) -> None:
         import torch
 
         from rlbench_gpu.device import synchronize
 
         self.torch, self.device, self.seconds, self.capture = torch, device, seconds, capture
+        self.profiling = profiling
         self.on_cuda = device.type == "cuda"
         self.where = str(device)
         self.label = "measured" if self.on_cuda else "measured, CPU device: NOT a GPU figure"
@@ -127,12 +131,49 @@ class Bench:
         self.sync()
         return time.perf_counter() - start
 
+    def profile(self, launch: Callable[[], Any], per_call: int, unit: str,
+                calls: int = PROFILED_LAUNCHES) -> dict[str, Any]:
+        """Where `calls` launches' time goes, per unit (update, cycle, vector step), read by torch.profiler:
+        on CUDA the kernels the device ran (a CUDA graph's too) and how busy they kept it against the
+        wall time; on the CPU device the ops the host ran. Names of the costliest kernels or ops."""
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.on_cuda else [])
+        launch()
+        self.sync()
+        with profile(activities=activities) as trace:
+            start = time.perf_counter()
+            for _ in range(calls):
+                launch()
+            self.sync()
+            wall_us = (time.perf_counter() - start) * 1e6
+        wanted = DeviceType.CUDA if self.on_cuda else DeviceType.CPU
+        # On the CPU device only the outermost ops count (an op's children are inside its time); on
+        # CUDA, ranges that torch annotates on the device's timeline (an optimizer's step) are no kernels.
+        events = [e for e in trace.events() if e.device_type == wanted and not getattr(e, "is_user_annotation", False)
+                  and (self.on_cuda or e.cpu_parent is None)]
+        units = calls * per_call
+        by_name: dict[str, list[float]] = {}
+        for event in events:
+            by_name.setdefault(event.name, []).append(event.time_range.elapsed_us())
+        busy_us = sum(sum(times) for times in by_name.values())
+        top = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:PROFILE_TOP]
+        return {"unit": unit, "what": "CUDA kernels" if self.on_cuda else "host ops (outermost)",
+                "per_unit": round(len(events) / units, 1), "busy_us_per_unit": round(busy_us / units, 2),
+                "wall_us_per_unit": round(wall_us / units, 2), "busy_share": round(busy_us / wall_us, 3),
+                "top": [{"name": name[:80], "per_unit": round(len(times) / units, 2),
+                         "us_per_unit": round(sum(times) / units, 2)} for name, times in top]}
+
     def row(self, subject: str, call: Callable[[], Any], per_call: int, unit: str, *, where: str | None = None,
-            sync: Callable[[], None] | None = None, energy_per: str = "", **fields: Any) -> Row:
+            sync: Callable[[], None] | None = None, energy_per: str = "",
+            profile_per: tuple[int, str] | None = None, **fields: Any) -> Row:
+        """One measured row; `profile_per` (units per call, unit name): trace it too under --profile."""
         rate, joules, why = self.rate(call, per_call, sync=sync, energy_per=energy_per)
         on_host = where == "host"
         return Row(subject, where or self.where, rate, unit, "measured" if on_host else self.label,
-                   joules_per_million=joules, energy_note=why if energy_per and not on_host else "", **fields)
+                   joules_per_million=joules, energy_note=why if energy_per and not on_host else "",
+                   profile=self.profile(call, *profile_per) if profile_per and self.profiling else None, **fields)
 
     def not_run(self, subject: str, why: str) -> Row:
         return Row(subject, self.where, label=f"not run: {why}")
@@ -179,6 +220,7 @@ def dqn_updates(bench: Bench, capacity: int) -> Figure:
         startup = bench.startup(launch, 3)
         figure.rows.append(bench.row(f"rlbench: dqn learner, {PER_LAUNCH} updates per launch ({launch.describe()})",
                                      launch, PER_LAUNCH, "updates/s", startup_s=startup,
+                                     profile_per=(PER_LAUNCH, "update"),
                                      ops_per_unit=ops_per_unit(lambda: learner.device_updates(replay, 1, beta), 1)))
     host = registry.get("replay", "prioritized").create(capacity=capacity, alpha=0.6, seed=0)
     for start in range(0, capacity, 50_000):
@@ -194,7 +236,7 @@ def dqn_updates(bench: Bench, capacity: int) -> Figure:
     figure.rows.append(bench.row("CPU peer: dqn learner on compute cpu + replay prioritized (C sum tree), 1 thread",
                                  cpu_update, 1, "updates/s", where="host", sync=lambda: None))
     figure.rows += _reference(bench, "plain torch DQN update + cumsum PER", lambda capturable: ReferenceDQN(
-        capacity, 128, device, capturable=capturable).update, "updates/s", eager, captured)
+        capacity, 128, device, capturable=capturable).update, "updates/s", eager, captured, profile_unit="update")
     return figure
 
 
@@ -229,6 +271,7 @@ def replay_cycles(bench: Bench, capacity: int) -> Figure:
     startup = bench.startup(launch, 3)
     figure.rows.append(bench.row(f"rlbench: replay gpu draw + set_priorities, {PER_LAUNCH} per launch "
                                  f"({launch.describe()})", launch, PER_LAUNCH, "cycles/s", startup_s=startup,
+                                 profile_per=(PER_LAUNCH, "cycle"),
                                  ops_per_unit=ops_per_unit(lambda: replay.set_priorities(*_draw_weights(replay, beta)),
                                                            1) + ops_per_unit(lambda: replay.draw(256, beta), 1)))
     device_priorities = torch.rand(256, device=device) + 1e-3
@@ -248,7 +291,8 @@ def replay_cycles(bench: Bench, capacity: int) -> Figure:
     figure.rows.append(bench.row("CPU peer: replay prioritized (C sum tree), 1 thread", host_cycle, 1, "cycles/s",
                                  where="host", sync=lambda: None))
     figure.rows += _reference(bench, "plain torch cumsum + searchsorted PER",
-                              lambda capturable: ReferencePER(capacity, 256, device).cycle, "cycles/s", eager, captured)
+                              lambda capturable: ReferencePER(capacity, 256, device).cycle, "cycles/s", eager, captured,
+                              profile_unit="cycle")
     return figure
 
 
@@ -289,6 +333,7 @@ def env_steps(bench: Bench, num_envs: int) -> Figure:
     figure.rows.append(bench.row(f"rlbench: the one-device loop's env chunk, {ENV_STEPS_PER_LAUNCH} steps per launch: "
                                  f"epsilon-greedy DQN, transitions into replay gpu ({launch.describe()})", launch,
                                  ENV_STEPS_PER_LAUNCH * num_envs, "env steps/s", startup_s=startup,
+                                 profile_per=(ENV_STEPS_PER_LAUNCH, f"vector step of {num_envs}"),
                                  energy_per="env step", ops_per_unit=ops_per_unit(lambda: chunk(1), 1),
                                  extra={"state_dtype": "float64 (gymnasium's)"}))
 
@@ -307,12 +352,14 @@ def env_steps(bench: Bench, num_envs: int) -> Figure:
     vector.close()
     figure.rows += _reference(bench, "plain torch CartPole + MLP argmax",
                               lambda capturable: ReferenceCartPole(num_envs, device).step, "env steps/s", eager,
-                              captured, per_call=num_envs, repeats=ENV_STEPS_PER_LAUNCH, energy_per="env step")
+                              captured, per_call=num_envs, repeats=ENV_STEPS_PER_LAUNCH, energy_per="env step",
+                              profile_unit=f"vector step of {num_envs}")
     return figure
 
 
 def _reference(bench: Bench, what: str, make: Callable[[bool], Callable[[], None]], unit: str, eager: Callable,
-               captured: Callable, *, per_call: int = 1, repeats: int = PER_LAUNCH, energy_per: str = "") -> list[Row]:
+               captured: Callable, *, per_call: int = 1, repeats: int = PER_LAUNCH, energy_per: str = "",
+               profile_unit: str) -> list[Row]:
     rows = [bench.row(f"reference: {what}, eager", eager(make(False), 1), per_call, unit, energy_per=energy_per,
                       ops_per_unit=ops_per_unit(make(False), 1))]
     if bench.on_cuda:
@@ -320,7 +367,8 @@ def _reference(bench: Bench, what: str, make: Callable[[bool], Callable[[], None
         launch = captured(make(True), repeats, bench.device)
         bench.sync()
         rows.append(bench.row(f"reference: {what}, {repeats} per CUDA graph", launch, per_call * repeats, unit,
-                              energy_per=energy_per, startup_s=time.perf_counter() - start))
+                              energy_per=energy_per, startup_s=time.perf_counter() - start,
+                              profile_per=(repeats, profile_unit)))
     else:
         rows.append(bench.not_run(f"reference: {what}, {repeats} per CUDA graph", "CUDA graphs need CUDA"))
     return rows
@@ -384,7 +432,7 @@ def judge(figure: Figure, bench: Bench) -> None:
         return
     met = value >= figure.target
     figure.judged = f"{'met' if met else 'NOT met'}: {value:,.1f} against {figure.target:,.0f}" + (
-        "" if met else f" (x{figure.target / value:.1f} short; profile it: torch.profiler around a launch)")
+        "" if met else f" (x{figure.target / value:.1f} short; where the time goes: --profile)")
     greedy = best.extra.get("greedy_return")
     if figure.key in RETURN_TARGETS and greedy is not None:
         least, within_s = RETURN_TARGETS[figure.key]
@@ -396,8 +444,8 @@ def judge(figure: Figure, bench: Bench) -> None:
 
 def run_suite(device: Any, *, seconds: float, capture: str, label: str, num_envs: int, capacity: int,
               dqn_capacity: int, e2e_steps: int | None, e2e_num_envs: int, eval_episodes: int,
-              figures: tuple[str, ...]) -> dict[str, Any]:
-    bench = Bench(device, seconds, capture, label)
+              figures: tuple[str, ...], profiling: bool = False) -> dict[str, Any]:
+    bench = Bench(device, seconds, capture, label, profiling)
     makers = {"dqn_updates": lambda: dqn_updates(bench, dqn_capacity),
               "replay_cycles": lambda: replay_cycles(bench, capacity),
               "env_steps": lambda: env_steps(bench, num_envs),

@@ -86,3 +86,32 @@ def test_targets_are_judged_only_on_cuda_and_against_the_best_rlbench_row():
     cpu = figure("dqn_updates", 25_000, 30_000, 400)
     judge(cpu, on_cpu)
     assert cpu.judged.startswith("not judged") and cpu.rows[0].extra["x_peer"] == 75
+
+
+def test_profile_counts_the_ops_of_a_launch_and_names_the_costliest():
+    from rlbench_gpu.suite import Bench
+
+    bench = Bench(torch.device("cpu"), 0.05, "graph", "cpu device", profiling=True)
+    x, big = torch.ones(8), torch.ones(512, 512)
+
+    def launch():  # 2 units per call: per unit one add, one mul and half a matmul
+        for _ in range(2):
+            torch.add(x, 1)
+            torch.mul(x, 2)
+        torch.mm(big, big)
+
+    profile = bench.profile(launch, 2, "unit", calls=5)
+    assert profile["unit"] == "unit" and profile["what"] == "host ops (outermost)"
+    assert profile["per_unit"] == 2.5
+    assert profile["top"][0]["name"] == "aten::mm" and profile["top"][0]["per_unit"] == 0.5
+    assert {k["name"] for k in profile["top"]} == {"aten::mm", "aten::add", "aten::mul"}
+    assert 0 < profile["busy_us_per_unit"] <= profile["wall_us_per_unit"] and 0 < profile["busy_share"] <= 1
+
+
+def test_gpu_bench_profile_prints_where_each_captured_launch_spends_its_time():
+    out = rlbench_command("gpu", "bench", "--device", "cpu", "--seconds", "0.05", "--dqn-capacity", "5000",
+                          "--figure", "dqn_updates", "--profile")
+    lines = [line for line in out.splitlines() if line.strip().startswith("profile per update:")]
+    assert len(lines) == 1 and "host ops (outermost)" in lines[0] and "costliest: " in lines[0]
+    assert "profile per" not in rlbench_command("gpu", "bench", "--device", "cpu", "--seconds", "0.05",
+                                                "--dqn-capacity", "5000", "--figure", "dqn_updates")
