@@ -97,3 +97,23 @@ def test_components_built_on_the_cpu_device_report_the_declared_capabilities_wit
         declared = capabilities.ENVIRONMENT_CAPABILITIES[env.spec.id]
         assert (env.spec.max_episode_steps, env.spec.reward_threshold) == (declared.max_episode_steps,
                                                                            declared.reward_threshold)
+
+
+def test_a_run_with_a_setting_measured_to_fail_is_warned_before_it_starts():
+    import warnings
+
+    import rlbench
+    from rlbench_gpu.plugin import rlbench_run_configured
+
+    def warned(**fields):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rlbench_run_configured(rlbench.RunConfig(**fields))
+        return [str(w.message) for w in caught]
+
+    ddpg_compile = warned(algo="ddpg", compute="gpu", options={"compute": {"capture": "compile"}})
+    assert len(ddpg_compile) == 1 and "did not learn under --gpu-capture compile" in ddpg_compile[0]
+    assert warned(algo="ddpg", compute="gpu", options={"compute": {"capture": "graph"}}) == []
+    assert warned(algo="ddpg", compute="gpu") == []  # graph is the default
+    assert warned(algo="dqn", compute="gpu", options={"compute": {"capture": "compile"}}) == []  # learned
+    assert warned(algo="ddpg", compute="cpu") == []

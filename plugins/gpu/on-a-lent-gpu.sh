@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The gpu plugin's checks on a lent GPU machine, in one call (plugins/gpu/README.md, "On a lent GPU").
+# That machine has torch and CUDA but reaches no registry: gymnasium travels as wheels in .whl/
+# (fetched here with pip download), and the project is installed from the working tree without
+# dependencies. Steps, each under its own time limit, logs under $OUT (at most 8 files come back):
+#   setup    the install, the card (nvidia-smi), `rlbench gpu info`
+#   bench    `rlbench gpu bench --profile`: the target figures and where a launch's time goes
+#   e2e      `rlbench gpu bench --full` of the end-to-end figures: learning, greedy returns
+#   tests    `pytest plugins/gpu/tests`: every CUDA test
+#   cuda-tests  `pytest plugins/gpu/tests/test_cuda.py` alone, skips listed
+#   env      `rlbench bench env`: random actions, eager and graph, beside gymnasium
+#   compile  `rlbench gpu bench --capture compile --profile` of the captured figures
+#   e2e-compile  the end-to-end figures with --capture compile
+# Usage: bash plugins/gpu/on-a-lent-gpu.sh [STEP ...]   (default: setup bench e2e tests)
+set -u
+OUT=${OUT:-/tmp/rlbench-gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+STEPS=${*:-setup bench e2e tests}
+
+# Each step: its log under $OUT, its exit status and seconds on one line of the output.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    echo "== $name: exit $? in $((SECONDS - start)) s (limit $limit s)"
+}
+
+install() {
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    fi
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
+        --format=csv
+    python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
+    # The C extensions need the Python headers: without them the core's host memories are missing and
+    # the CPU peers say so.
+    python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . -e plugins/gpu \
+        || python3 -m pip install -q --no-deps --no-index --no-build-isolation -e plugins/gpu
+    python3 -m rlbench gpu info
+}
+
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+for name in $STEPS; do
+    case $name in
+        setup) install >"$OUT/setup.log" 2>&1; echo "== setup: exit $?" ;;
+        bench) step bench 120 python3 -m rlbench gpu bench --profile --figure dqn_updates --figure replay_cycles \
+                   --figure env_steps ;;
+        e2e) step e2e 150 python3 -m rlbench gpu bench --full --figure dqn_e2e --figure ddpg_e2e ;;
+        tests) step tests 150 python3 -m pytest -q -p no:cacheprovider \
+                   plugins/gpu/tests ;;
+        cuda-tests) step cuda-tests 90 python3 -m pytest -q -rs -p no:cacheprovider plugins/gpu/tests/test_cuda.py ;;
+        env) step env 90 python3 -m rlbench bench env ;;
+        e2e-compile) step e2e-compile 240 python3 -m rlbench gpu bench --full --capture compile --figure dqn_e2e \
+                         --figure ddpg_e2e ;;
+        compile) step compile 240 python3 -m rlbench gpu bench --capture compile --profile --figure dqn_updates \
+                     --figure replay_cycles --figure env_steps ;;
+        *) echo "unknown step $name (setup bench e2e tests cuda-tests env compile e2e-compile)"; exit 2 ;;
+    esac
+done
+# The reply keeps the end of the output: the figures' lines and the tests' summary last.
+grep -h -E "^(torch|NVIDIA|name)|gpu info|CUDA|^# device" "$OUT/setup.log" 2>/dev/null | head -8
+for log in bench e2e compile e2e-compile env; do
+    [ -f "$OUT/$log.log" ] && grep -v -E "^(STAGE|USDT|\[W)" "$OUT/$log.log" | grep -E "^[A-Za-z]|^  [A-Za-z]|      " \
+        | cut -c1-400
+done
+for log in tests cuda-tests; do [ -f "$OUT/$log.log" ] && tail -25 "$OUT/$log.log"; done
+true
