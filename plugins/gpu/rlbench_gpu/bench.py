@@ -302,8 +302,9 @@ def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str, as_
 
 def _format_profile(profile: dict[str, Any]) -> str:
     top = ", ".join(f"{k['name']} {k['per_unit']:g}x {k['us_per_unit']:,.1f} us" for k in profile["top"])
-    return (f"        profile per {profile['unit']}: {profile['per_unit']:g} {profile['what']}, busy {profile['busy_us_per_unit']:,.1f} "
-            f"us of {profile['wall_us_per_unit']:,.1f} us wall ({profile['busy_share']:.0%}); costliest: {top}")
+    return (f"        profile per {profile['unit']}: {profile['per_unit']:g} {profile['what']}, "
+            f"busy {profile['busy_us_per_unit']:,.1f} us of {profile['wall_us_per_unit']:,.1f} us wall "
+            f"({profile['busy_share']:.0%}); costliest: {top}")
 
 
 @gpu.command("bench")
