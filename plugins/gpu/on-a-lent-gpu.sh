@@ -27,19 +27,19 @@ step() {
     echo "== $name: exit $? in $((SECONDS - start)) s (limit $limit s)"
 }
 
-install() {
+# A subshell with -e: the step's status is that of the first command that fails.
+install() (
+    set -e
     if ls .whl/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
         --format=csv
     python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
-    # The C extensions need the Python headers: without them the core's host memories are missing and
-    # the CPU peers say so.
-    python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . -e plugins/gpu \
-        || python3 -m pip install -q --no-deps --no-index --no-build-isolation -e plugins/gpu
+    # builds the core's C extensions: gcc and the Python headers are on that image (seen 2026-11-26)
+    python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . -e plugins/gpu
     python3 -m rlbench gpu info
-}
+)
 
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 for name in $STEPS; do
@@ -48,8 +48,7 @@ for name in $STEPS; do
         bench) step bench 120 python3 -m rlbench gpu bench --profile --figure dqn_updates --figure replay_cycles \
                    --figure env_steps ;;
         e2e) step e2e 150 python3 -m rlbench gpu bench --full --figure dqn_e2e --figure ddpg_e2e ;;
-        tests) step tests 150 python3 -m pytest -q -p no:cacheprovider \
-                   plugins/gpu/tests ;;
+        tests) step tests 150 python3 -m pytest -q -p no:cacheprovider plugins/gpu/tests ;;
         cuda-tests) step cuda-tests 90 python3 -m pytest -q -rs -p no:cacheprovider plugins/gpu/tests/test_cuda.py ;;
         env) step env 90 python3 -m rlbench bench env ;;
         e2e-compile) step e2e-compile 240 python3 -m rlbench gpu bench --full --capture compile --figure dqn_e2e \
