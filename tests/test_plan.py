@@ -113,6 +113,33 @@ def test_a_device_replay_memorys_own_server_run_sets_its_wait_and_compute_in_pla
     assert model.replay_deltas(figures, "uniform") is None
 
 
+def test_a_transports_own_server_run_sets_its_wait_in_place_of_its_micro_round_trips():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    # tcp's round trips timed alone: a SAMPLE after work 40 us quicker than shm's
+    figures["replay_node"]["tcp/server"] = {**figures["replay_node"]["shm/server"], "transport": "tcp",
+                                            "sample_rtt_us": 40.0}
+    tcp = dqn_mapping(placement="server", transport="tcp")
+    assert model.predict_distributed(tcp, figures, host, schedule).bounds["learner"] == pytest.approx(
+        1e6 / (800 + 60 + 10 + 40))
+    # its own run: the learner waited 250 us per update over tcp, where the calibrated shm run waited 100
+    figures["calibration"]["tcp/server/wait"] = {**figures["calibration"]["shm/server"], "transport": "tcp",
+                                                 "learner_wait_us": 250.0, "learner_compute_us": 760.0}
+    assert model.transport_wait(figures, "tcp", model.distributed_calibration(figures, "server", 2)) == 150.0
+    assert model.predict_distributed(tcp, figures, host, schedule).bounds["learner"] == pytest.approx(
+        1e6 / (800 + 250 + 10 + 40))  # the wait only: its compute is the one learner's, host noise aside
+    # publishing every 10 updates: the node's 10 us of weights before the SAMPLE and the learner's
+    # 10 us of sends, 9/10 of each saved, as over shm
+    sparse = model.predict_distributed(tcp, figures, host, Schedule(batch_size=128, train_every=1, publish_every=10))
+    assert sparse.bounds["learner"] == pytest.approx(1e6 / (800 + 250 - 9 + 1 + 40))
+    # the calibrated transport, and in-network placement, keep their own figures
+    shm = model.predict_distributed(dqn_mapping(placement="server", transport="shm"), figures, host, schedule)
+    assert shm.bounds["learner"] == pytest.approx(1e6 / 950)
+    figures["calibration"]["tcp/server/wait"]["failed"] = "the run ended stopped"
+    assert model.transport_wait(figures, "tcp", model.distributed_calibration(figures, "server", 2)) is None
+
+
 def test_in_network_hides_sampling_behind_learning_and_waits_only_for_the_excess():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
@@ -779,6 +806,14 @@ def test_calibration_settings_name_the_runs_the_model_reads():
     assert heavy["shm/server/saturated-2"].train_every > 1 and not heavy["shm/server/saturated-2"].free_phase
     assert heavy["shm/server"].free_phase and heavy["shm/server"].train_every == 1
     assert heavy["shm/server/data-parallel-2"].learners == 2
+    # a transport measured usable but not calibrated: a run of its own at a server, for its wait
+    figures["replay_node"]["tcp/server"] = {**figures["replay_node"]["shm/server"], "transport": "tcp"}
+    settings = profile.calibration_settings(DQN, figures, transports, rlbench.get_registry(), calibrate=("shm",),
+                                            cores=2)
+    wait = {s.key: s for s in settings}["tcp/server/wait"]
+    assert (wait.placement, wait.transport, wait.free_phase) == ("server", "tcp", False)
+    keys = {s.key for s in settings}
+    assert "tcp/in-network" not in keys and not any(key.startswith("udp/") for key in keys)  # udp: unusable
 
 
 def test_ray_is_left_out_of_a_default_profile_with_the_reason_and_measured_when_named():

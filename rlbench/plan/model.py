@@ -57,6 +57,13 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              what the round takes beyond its own work: crit = push_ready(T) + prio_send(T)
              + max(0, push_round(T) + Δcycle(m) - own). With N learners the node serves their
              requests one after another: each waits for (N - 1) / 2 others' node work on average.
+             A transport with a server run of its own (the profile's `T/server/wait`) sets the
+             server Δcrit by that run's wait less the calibrated run's, in place of the micro round
+             trips' difference (the publishing every P and the memory's cycle still added): alone,
+             a tcp SAMPLE after a millisecond's work took 47 us against shm's 96, where in runs the
+             learner waited 170-177 us per update over tcp against 105 over shm. In a run the node
+             is woken by the learner's priorities just before its SAMPLE, with an actor on the
+             other core: a sleeping socket peer then costs more than an shm peer that spins.
     weights = weights_cal + Δ(publish_send(T) / P): the learner's weight sends (learner 0's).
     loop   = the calibration learner's own loop line.
     backend: a compute backend c other than cpu with its own calibration run (server, one actor)
@@ -671,6 +678,19 @@ def replay_deltas(job: dict[str, Any], replay: str) -> ReplayDeltas | None:
                         own["learner_compute_us"] / cpu["learner_compute_us"])
 
 
+def transport_wait(job: dict[str, Any], transport: str, calibrated: DistributedCalibration) -> float | None:
+    """The learner's wait per update at a server over `transport` in its own run (`T/server/wait`, or
+    a full `T/server` calibration), less the calibrated run's; None where it has none (or is the
+    calibrated transport): the micro round trips' difference then stands."""
+    if transport == calibrated.transport:
+        return None
+    runs = job.get("calibration") or {}
+    run = runs.get(f"{transport}/server/wait") or runs.get(f"{transport}/server")
+    if not run or "failed" in run or "learner_wait_us" not in run:
+        return None
+    return run["learner_wait_us"] - calibrated.wait
+
+
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:
     """What lies on the learner's path to its next batch, beyond its own work (module docstring: crit)."""
     if placement == "server":
@@ -746,9 +766,15 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     ref_own = calibrated.compute + calibrated.weights + calibrated.loop + ref_node["priorities_send_us"]
     queue = (learners - 1) / 2 * (_batch_cost(job, mapping.transport, node) + node["node"].get("priorities_us", 0.0))
     # the memory's cost on the learner's path: its own run's where it has one, else its micro cycle
-    wait = max(0.0, wait_cal + (memory.wait if memory else 0.0) + queue - queue_cal
-               + _critical(node, mapping.placement, d_cycle if memory is None else 0.0, own, every)
-               - _critical(ref_node, mapping.placement, 0.0, ref_own, _calibrated_publish_every(job)))
+    cycle_on_path, every_cal = d_cycle if memory is None else 0.0, _calibrated_publish_every(job)
+    # the transport's: its own server run's wait where it has one, else its micro round trips'
+    moved = transport_wait(job, mapping.transport, calibrated) if mapping.placement == "server" else None
+    if moved is None:
+        crit = _critical(node, mapping.placement, cycle_on_path, own, every) \
+            - _critical(ref_node, mapping.placement, 0.0, ref_own, every_cal)
+    else:
+        crit = moved + cycle_on_path + node["node"].get("publish_us", 0.0) * (1 / every - 1 / every_cal)
+    wait = max(0.0, wait_cal + (memory.wait if memory else 0.0) + queue - queue_cal + crit)
     learner_terms = [Term("update", compute / k, spreads["compute"]),
                      Term("waiting for the replay node", wait / k, spreads["wait"]),
                      Term("weight sends", weights / k), Term("loop", loop / k),

@@ -1017,6 +1017,10 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
     - `T/server/replay-NAME` for each replay memory on a device (not the host's memory or a file):
       what its device's work beside the other roles does to the learner's wait for a batch and to its
       compute, which its micro figures, timed alone, do not show;
+    - `U/server/wait` for each other transport U measured usable: the learner's wait for its batch
+      over U in a run, which its round trips timed alone do not give (tcp's measured 47 us alone
+      against shm's 96, and 170-177 in runs against shm's 105). Only that wait is read; two runs,
+      as every setting: one run's wait was 54 us off what the validation then measured;
     - `T/server/saturated-A`, A = cores actors, actor-heavy, so every core is busy: how much dearer
       each role's work gets when processes outnumber cores;
     - `T/server/data-parallel-2` (where the policy is registered and the batch splits): two learners
@@ -1041,6 +1045,9 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
                  for name, c in figures["compute"].items() if name != "cpu" and c.get("available")]
         runs += [Calibration(f"{served[0]}/server/replay-{name}", "server", served[0], replay=name)
                  for name, m in figures["replay"].items() if m.get("available") and m.get("device") not in HOST_SIDE]
+        runs += [Calibration(f"{name}/server/wait", "server", name, free_phase=False)
+                 for name, measured in transports.items() if name not in usable and measured.get("available")
+                 and "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
         runs.append(Calibration(f"{served[0]}/server/saturated-{max(2, cores)}", "server", served[0],
                                 actors=max(2, cores), train_every=heavy, free_phase=False))
         parallel = "data-parallel" in {c.name for c in registry.components("policy")}
