@@ -61,9 +61,10 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              server Δcrit by that run's wait less the calibrated run's, in place of the micro round
              trips' difference (the publishing every P and the memory's cycle still added): alone,
              a tcp SAMPLE after a millisecond's work took 47 us against shm's 96, where in runs the
-             learner waited 170-177 us per update over tcp against 105 over shm. In a run the node
-             is woken by the learner's priorities just before its SAMPLE, with an actor on the
-             other core: a sleeping socket peer then costs more than an shm peer that spins.
+             learner waited 170-177 us per update over tcp against 105 over shm. In a run the
+             learner's priorities reach the node just before its SAMPLE and an actor holds the
+             other core, which the micro figure, asked of an idle node, leaves out; the run
+             measures what that costs each transport.
     weights = weights_cal + Δ(publish_send(T) / P): the learner's weight sends (learner 0's).
     loop   = the calibration learner's own loop line.
     backend: a compute backend c other than cpu with its own calibration run (server, one actor)
