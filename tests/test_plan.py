@@ -816,6 +816,19 @@ def test_calibration_settings_name_the_runs_the_model_reads():
     assert "tcp/in-network" not in keys and not any(key.startswith("udp/") for key in keys)  # udp: unusable
 
 
+def test_the_profile_summary_shows_each_calibration_runs_learner_update_and_wait():
+    from rlbench.plan.cli import format_profile
+
+    document = handmade()
+    figures = job_figures(document)
+    figures["calibration"]["tcp/server/wait"] = {**figures["calibration"]["shm/server"], "transport": "tcp",
+                                                 "learner_wait_us": 171.4}
+    text = format_profile(document["hosts"][HOST], [DQN.key])
+    line = next(line for line in text.splitlines() if "calibration tcp/server/wait" in line)
+    assert "learner update 800 us, wait 171 us" in line
+    assert "wait" not in next(line for line in text.splitlines() if "calibration local " in line)
+
+
 def test_ray_is_left_out_of_a_default_profile_with_the_reason_and_measured_when_named():
     from types import SimpleNamespace
 

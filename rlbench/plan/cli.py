@@ -258,6 +258,8 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
                 line += f"; actor alone {run['free_step_us']:.1f} us/step"
             if run.get("learner_compute_us"):
                 line += f"; learner update {run['learner_compute_us']:.0f} us"
+            if run.get("learner_wait_us"):  # what a transport's own run (`U/server/wait`) is read for
+                line += f", wait {run['learner_wait_us']:.0f} us"
             lines.append(line + ")" + (f"  CONTENDED: {run['contended']}" if run.get("contended") else ""))
     contended = profiles_contended(entry, keys)
     if contended:
