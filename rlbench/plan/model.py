@@ -773,8 +773,9 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     if moved is None:
         crit = _critical(node, mapping.placement, cycle_on_path, own, every) \
             - _critical(ref_node, mapping.placement, 0.0, ref_own, every_cal)
-    else:
-        crit = moved + cycle_on_path + node["node"].get("publish_us", 0.0) * (1 / every - 1 / every_cal)
+    else:  # its run measured it at the calibrated P: what this mapping's P and memory move on the path
+        crit = moved + _critical(node, mapping.placement, cycle_on_path, own, every) \
+            - _critical(node, mapping.placement, 0.0, own, every_cal)
     wait = max(0.0, wait_cal + (memory.wait if memory else 0.0) + queue - queue_cal + crit)
     learner_terms = [Term("update", compute / k, spreads["compute"]),
                      Term("waiting for the replay node", wait / k, spreads["wait"]),
