@@ -55,7 +55,10 @@ def test_gpu_bench_prints_every_target_figure_beside_its_peers_labelled_on_the_c
                   "DQN CartPole end to end", "DDPG Pendulum end to end"):
         assert title in out
     assert out.count("target on an H100") == 5 and out.count("not judged: the targets are an H100's") == 5
-    assert out.count("CPU peer:") == 5 and out.count("x1.00 peer") == 5
+    # each peer's own row reads x1.00 (another row may too, where it ties its peer within 0.5 %: once in CI)
+    lines = out.splitlines()
+    peer_rows = [lines[i + 1] for i, line in enumerate(lines) if line.lstrip().startswith("CPU peer:")]
+    assert len(peer_rows) == 5 and all("x1.00 peer" in row for row in peer_rows)
     assert out.count("reference: plain torch") == 6 and out.count("[not run: CUDA graphs need CUDA]") == 3
     assert out.count("rlbench.run builds the registered gpu components, which need CUDA") == 2
     assert len(re.findall(r"x[0-9.]+ peer; [1-9][0-9]* ops", out)) >= 6  # rlbench's and the references' ops per unit
