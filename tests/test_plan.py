@@ -237,6 +237,39 @@ def test_data_parallel_learners_split_the_batch_and_pay_the_collectives_the_cali
                                               learners=2), figures, host, schedule)
 
 
+def test_a_transports_own_lock_step_run_sets_its_data_parallel_mappings():
+    document = handmade()
+    figures, host = job_figures(document), document["hosts"][HOST]
+    host["fingerprint"]["cores_usable"] = 8  # none takes turns
+    schedule = Schedule(batch_size=128, train_every=1, publish_every=1)
+    for placement in ("server", "in-network"):  # the node's micro figures as shm's: only the runs differ
+        figures["replay_node"][f"tcp/{placement}"] = {**figures["replay_node"][f"shm/{placement}"], "transport": "tcp"}
+    figures["calibration"]["tcp/server/wait"] = {**figures["calibration"]["shm/server"], "transport": "tcp",
+                                                 "learner_wait_us": 250.0}
+
+    def learners_bound(transport: str, learners: int = 2) -> float:
+        return model.predict_distributed(dqn_mapping(placement="server", transport=transport, policy="data-parallel",
+                                                     learners=learners), figures, host, schedule).bounds["learners"]
+
+    # without a lock-step run over tcp: shm's (compute 700, collectives 400, wait 150, weights 10, loop
+    # 60), one learner's wait over tcp on top (250 against shm's 100)
+    assert learners_bound("tcp") == pytest.approx(1e6 / (700 + 400 + 150 + 150 + 10 + 60))
+    # its own: two learners over tcp computed 800, spent 900 in the collectives, waited 300, looped 80;
+    # all of it as measured, the one learner's wait not added again
+    figures["calibration"]["tcp/server/data-parallel-2"] = {
+        **figures["calibration"]["shm/server/data-parallel-2"], "transport": "tcp", "learner_compute_us": 800.0,
+        "learner_allreduce_us": 900.0, "learner_wait_us": 300.0, "learner_loop_us": 80.0}
+    assert model.group_calibration(figures, "tcp", "shm").transport == "tcp"
+    assert learners_bound("tcp") == pytest.approx(1e6 / (800 + 900 + 300 + 10 + 80))
+    # four over tcp: 32 each, 280 x (800 / 450); its collectives grow by the ring's, as shm's do; 1.5
+    # others' requests ahead at the node instead of 0.5
+    assert learners_bound("tcp", 4) == pytest.approx(1e6 / (280 * 800 / 450 + 900 + 1200 - 250 + 300 + 40 + 10 + 80))
+    # shm's mappings keep shm's run
+    assert learners_bound("shm") == pytest.approx(1e6 / (700 + 400 + 150 + 10 + 60))
+    figures["calibration"]["tcp/server/data-parallel-2"]["failed"] = "the run ended stopped"
+    assert learners_bound("tcp") == pytest.approx(1e6 / (700 + 400 + 150 + 150 + 10 + 60))
+
+
 def test_a_backend_whose_learner_is_cpus_torch_learner_is_read_from_cpus_learner_figures():
     document = handmade()
     figures, host = job_figures(document), document["hosts"][HOST]
@@ -812,6 +845,12 @@ def test_calibration_settings_name_the_runs_the_model_reads():
                                             cores=2)
     wait = {s.key: s for s in settings}["tcp/server/wait"]
     assert (wait.placement, wait.transport, wait.free_phase) == ("server", "tcp", False)
+    # and one of two learners in lock-step over it; both read only for the learner's split: short windows
+    lockstep = {s.key: s for s in settings}["tcp/server/data-parallel-2"]
+    assert (lockstep.transport, lockstep.learners, lockstep.split_only) == ("tcp", 2, True) and wait.split_only
+    assert not heavy["shm/server"].split_only and heavy["shm/server/data-parallel-2"].split_only
+    shape = {s.key: profile._calibration_budget(DQN, figures, s, 2) for s in settings}
+    assert shape["tcp/server/wait"][1] < shape["shm/server"][1]  # fewer steps in the run
     keys = {s.key for s in settings}
     assert "tcp/in-network" not in keys and not any(key.startswith("udp/") for key in keys)  # udp: unusable
 
@@ -825,8 +864,10 @@ def test_the_profile_summary_shows_each_calibration_runs_learner_update_and_wait
                                                  "learner_wait_us": 171.4}
     text = format_profile(document["hosts"][HOST], [DQN.key])
     line = next(line for line in text.splitlines() if "calibration tcp/server/wait" in line)
-    assert "learner update 800 us, wait 171 us" in line
+    assert "learner update 800 us, wait 171 us" in line and "all-reduce" not in line
     assert "wait" not in next(line for line in text.splitlines() if "calibration local " in line)
+    lockstep = next(line for line in text.splitlines() if "calibration shm/server/data-parallel-2" in line)
+    assert "learner update 700 us, wait 150 us, all-reduce 400 us" in lockstep
 
 
 def test_ray_is_left_out_of_a_default_profile_with_the_reason_and_measured_when_named():

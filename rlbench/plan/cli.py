@@ -260,6 +260,8 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
                 line += f"; learner update {run['learner_compute_us']:.0f} us"
             if run.get("learner_wait_us"):  # what a transport's own run (`U/server/wait`) is read for
                 line += f", wait {run['learner_wait_us']:.0f} us"
+            if run.get("learner_allreduce_us"):  # and its lock-step run (`U/server/data-parallel-2`)
+                line += f", all-reduce {run['learner_allreduce_us']:.0f} us"
             lines.append(line + ")" + (f"  CONTENDED: {run['contended']}" if run.get("contended") else ""))
     contended = profiles_contended(entry, keys)
     if contended:

@@ -95,11 +95,15 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              measured; the ring's part grows as measured. Measured twice here, learners 2 -> 4: in-situ
              collectives 2.55 -> 9.1 ms and 2.23 -> 8.93 ms; this rule gives 8.3-9.6 and 8.4-9.2 ms,
              the ring's N - 1 steps 7.65 and 6.68 ms, the micro figures' ratio 16-19 ms. Without the
-             calibration run: ring(N). The calibration run also gives the learners' compute, wait and
-             loop in lock-step (compute = learn(c, b) x its compute / learn(cpu, B/2)): measured here,
-             each of two learners took ~4.0 ms on its half of a 1,024 batch against 2.9 ms alone (two
-             learners alone side by side: 2.25 ms each), and their collectives 2.3 ms against 1.0 ms
-             between idle processes.
+             calibration run: ring(N). The run is the mapping's transport's where it has one
+             (`T/server/data-parallel-2`; its wait is then as measured, no transport term added),
+             else the calibrated transport's: lock-step costs each transport its own (two learners
+             over tcp or uds waited 100-150 us per update more than over shm and spent 500-900 more
+             in the collectives, where one learner over them waited 28-68 more). The run also
+             gives the learners' compute, wait and loop in lock-step (compute = learn(c, b) x its
+             compute / learn(cpu, B/2)): measured here, each of two learners took ~4.0 ms on its
+             half of a 1,024 batch against 2.9 ms alone (two learners alone side by side: 2.25 ms
+             each), and their collectives 2.3 ms against 1.0 ms between idle processes.
     turns  = t(N, others) / t(N_cal, others_cal), t(n, o) = max(1, (n + o) / cores): learners need a
              core each, and when they and the cores the other roles keep runnable (o: the node's and
              the actors' work, and their polling) outnumber the cores, the scheduler gives each learner
@@ -553,6 +557,7 @@ class GroupCalibration:
     """What the data-parallel calibration run (two learners, learner-bound) measured per update."""
 
     learners: int
+    transport: str  # the run's: its wait and lock-step are this transport's
     compute: float  # each learner's compute on its share
     group: float  # its all-reduce and agreement, waiting for the other learner included
     wait: float
@@ -561,12 +566,21 @@ class GroupCalibration:
     spreads: dict[str, float]
 
 
-def group_calibration(job: dict[str, Any]) -> GroupCalibration | None:
-    run = next((r for key, r in (job.get("calibration") or {}).items()
-                if key.endswith("/data-parallel-2") and "failed" not in r and "learner_compute_us" in r), None)
-    if run is None or "learner_allreduce_us" not in run:
+def group_calibration(job: dict[str, Any], transport: str, calibrated: str) -> GroupCalibration | None:
+    """The data-parallel calibration run over `transport` where it measured, else over the
+    `calibrated` transport; None where neither did."""
+    runs = job.get("calibration") or {}
+
+    def measured(name: str) -> dict[str, Any] | None:
+        run = runs.get(f"{name}/server/data-parallel-2")
+        return run if run and "failed" not in run and "learner_compute_us" in run \
+            and "learner_allreduce_us" in run else None
+
+    over = transport if measured(transport) else calibrated
+    run = measured(over)
+    if run is None:
         return None
-    return GroupCalibration(run.get("learners", 2), run["learner_compute_us"], run["learner_allreduce_us"],
+    return GroupCalibration(run.get("learners", 2), over, run["learner_compute_us"], run["learner_allreduce_us"],
                             run.get("learner_wait_us", 0.0), run.get("learner_loop_us", 0.0), _others_busy(run),
                             {"compute": _spread(run, "learner_compute_us"), "group": _spread(run, "learner_allreduce_us")})
 
@@ -746,15 +760,16 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     cpu_compute = share * rho
     compute, spreads = cpu_compute, dict(calibrated.spreads)
     wait_cal, loop_cal = calibrated.wait + backend.wait, calibrated.loop + backend.loop
-    grouped = group_calibration(job) if learners > 1 else None
+    grouped = group_calibration(job, mapping.transport, calibrated.transport) if learners > 1 else None
     queue_cal = 0.0
     if grouped is not None:  # learners in lock-step, as the data-parallel calibration ran them
         share = learn_us(_figure(job["compute"], "cpu", "compute backend"), full // grouped.learners, full)
         compute = p.learn * grouped.compute / share
         wait_cal, loop_cal = grouped.wait, grouped.loop
         spreads.update(compute=grouped.spreads["compute"])
-        queue_cal = (grouped.learners - 1) / 2 * (_batch_cost(job, calibrated.transport, ref_node)
-                                                    + ref_node["node"].get("priorities_us", 0.0))
+        group_node = _node(job, grouped.transport, "server")
+        queue_cal = (grouped.learners - 1) / 2 * (_batch_cost(job, grouped.transport, group_node)
+                                                    + group_node["node"].get("priorities_us", 0.0))
     # a replay memory on a device, at a server: its own run's in-situ figures (ReplayDeltas)
     memory = replay_deltas(job, mapping.replay) if mapping.placement == "server" else None
     if memory is not None:
@@ -768,8 +783,12 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     queue = (learners - 1) / 2 * (_batch_cost(job, mapping.transport, node) + node["node"].get("priorities_us", 0.0))
     # the memory's cost on the learner's path: its own run's where it has one, else its micro cycle
     cycle_on_path, every_cal = d_cycle if memory is None else 0.0, _calibrated_publish_every(job)
-    # the transport's: its own server run's wait where it has one, else its micro round trips'
-    moved = transport_wait(job, mapping.transport, calibrated) if mapping.placement == "server" else None
+    # the transport's: measured in its own lock-step run where that is the one read, else its own server
+    # run's wait where it has one, else its micro round trips'
+    if grouped is not None and grouped.transport == mapping.transport:
+        moved: float | None = 0.0
+    else:
+        moved = transport_wait(job, mapping.transport, calibrated) if mapping.placement == "server" else None
     if moved is None:
         crit = _critical(node, mapping.placement, cycle_on_path, own, every) \
             - _critical(ref_node, mapping.placement, 0.0, ref_own, every_cal)

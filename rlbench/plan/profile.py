@@ -103,6 +103,8 @@ TRANSPORT_CASE_S = 0.1  # seconds per transport benchmark case (size x mode)
 CALIBRATION_FREE_S = 0.4  # a calibration run's warm-up: long enough to time the actor alone
 CALIBRATION_STEADY_S = 1.5  # a calibration run's steady window (after warm-up and the limiter's slack) ...
 CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough episodes end in it)
+SPLIT_STEADY_STEPS = 400  # the steady window of a run read only for its learner's time split per update
+# (a transport's wait, lock-step): an average over hundreds of updates, which needs no long window for a rate
 CALIBRATION_REPEATS = 2  # undisturbed runs per calibration setting that agree within ...
 CALIBRATION_AGREEMENT = 0.10  # ... (max - min) / median; more runs until they do, up to
 CALIBRATION_MAX_REPEATS = 3
@@ -1003,6 +1005,7 @@ class Calibration:
     train_every: int = 1
     free_phase: bool = True  # its warm-up lasts long enough to time the actor alone
     learners: int = 1  # more: policy data-parallel
+    split_only: bool = False  # the model reads only its learner's time split: a short steady window
 
 
 def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
@@ -1023,9 +1026,14 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
       as every setting: one run's wait was 54 us off what the validation then measured;
     - `T/server/saturated-A`, A = cores actors, actor-heavy, so every core is busy: how much dearer
       each role's work gets when processes outnumber cores;
-    - `T/server/data-parallel-2` (where the policy is registered and the batch splits): two learners
-      in lock-step, learner-bound; their compute, their all-reduce and what they wait for each other
-      (a learner a busy core delays makes the other wait at the all-reduce), per update."""
+    - `T/server/data-parallel-2` for each of them that serves and each other transport U measured
+      usable (where the policy is registered and the batch splits): two learners in lock-step,
+      learner-bound; their compute, their all-reduce and what they wait for each other (a learner a
+      busy core delays makes the other wait at the all-reduce), per update. One per transport because
+      lock-step costs each its own: two learners over tcp or uds paid 550-1,000 us per update more
+      than over shm (wait and all-reduce), where one learner over them paid 28-68 us more.
+    The runs read only for their learner's split (`U/server/wait`, the data-parallel ones) have a
+    short steady window (SPLIT_STEADY_STEPS): the profile's two minutes hold them."""
     cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
     free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
     update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
@@ -1045,15 +1053,16 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
                  for name, c in figures["compute"].items() if name != "cpu" and c.get("available")]
         runs += [Calibration(f"{served[0]}/server/replay-{name}", "server", served[0], replay=name)
                  for name, m in figures["replay"].items() if m.get("available") and m.get("device") not in HOST_SIDE]
-        runs += [Calibration(f"{name}/server/wait", "server", name, free_phase=False)
-                 for name, measured in transports.items() if name not in usable and measured.get("available")
-                 and "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
+        others = [name for name, measured in transports.items() if name not in usable and measured.get("available")
+                  and "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
+        runs += [Calibration(f"{name}/server/wait", "server", name, free_phase=False, split_only=True)
+                 for name in others]
         runs.append(Calibration(f"{served[0]}/server/saturated-{max(2, cores)}", "server", served[0],
                                 actors=max(2, cores), train_every=heavy, free_phase=False))
         parallel = "data-parallel" in {c.name for c in registry.components("policy")}
         if parallel and 2 in learner_counts(figures["hyperparameters"]["batch_size"]):
-            runs.append(Calibration(f"{served[0]}/server/data-parallel-2", "server", served[0], learners=2,
-                                    free_phase=False))
+            runs += [Calibration(f"{name}/server/data-parallel-2", "server", name, learners=2, free_phase=False,
+                                 split_only=True) for name in [*served, *others]]
     return runs
 
 
@@ -1078,6 +1087,8 @@ def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration,
     steady = int(min(200_000, max(CALIBRATION_STEADY_STEPS, CALIBRATION_STEADY_S / (per_step * 1e-6))))
     if setting.learners > 1:  # learners in lock-step on shared cores run far slower than the micro figures say
         steady = CALIBRATION_STEADY_STEPS
+    if setting.split_only:
+        steady = SPLIT_STEADY_STEPS
     schedule = Schedule(batch_size=hp["batch_size"], train_every=setting.train_every,
                         publish_every=hp["publish_every"], learning_starts=learning_starts)
     lead = 0.0 if setting.placement == "local" else limiter_lead(schedule, setting.actors)
@@ -1108,6 +1119,9 @@ def calibration_run(job: Job, figures: dict[str, Any], setting: Calibration, *, 
     if result["status"] != "complete":
         return {**run, "failed": f"the run ended {result['status']}: {result.get('status_reason')}"}
     steady = measure.steady_rate(result, measure.window_start(learning_starts + lead, steps))
+    if steady is None and setting.split_only and result["throughput"].get("env_steps_per_s"):
+        # its split is what the model reads: the whole run's rate only tells its repeats apart
+        steady = measure.Steady(result["throughput"]["env_steps_per_s"], math.inf, 0, steps, 0.0, 0)
     if steady is None:
         return {**run, "failed": "too few episodes ended in the steady window to time it"}
     run.update(env_steps_per_s=steady.rate, spread=steady.spread, episodes=steady.episodes)
