@@ -855,6 +855,28 @@ def test_calibration_settings_name_the_runs_the_model_reads():
     assert "tcp/in-network" not in keys and not any(key.startswith("udp/") for key in keys)  # udp: unusable
 
 
+def test_a_run_read_only_for_its_split_keeps_it_where_too_few_episodes_end_for_a_rate(monkeypatch):
+    figures = job_figures(handmade())
+
+    def fake_run(config):  # long episodes: one ends after the warm-up, too few for a steady rate
+        return {"status": "complete", "timing": {"wall_s": 2.0}, "machine_state": {},
+                "throughput": {"env_steps": config.steps, "updates": 1000, "env_steps_per_s": 950.0},
+                "learning_curve": _curve((config.steps, 950.0), every=config.steps // 2),
+                "loop": {"roles": {"learner": {"updates": 1000}},
+                         "time_split": {"learner": {"learner": 0.9, "allreduce": 1.8, "window_s": 3.0}}}}
+
+    monkeypatch.setattr(rlbench, "run", fake_run)
+    lockstep = profile.Calibration("tcp/server/data-parallel-2", "server", "tcp", learners=2, free_phase=False,
+                                   split_only=True)
+    run = profile.calibration_run(DQN, figures, lockstep)
+    # its rate is the whole run's, its spread unknown: it only tells repeats apart; the split stands
+    assert run["env_steps_per_s"] == 950.0 and run["spread"] == math.inf and "failed" not in run
+    assert run["learner_allreduce_us"] == pytest.approx(1800.0) and run["learner_compute_us"] == pytest.approx(900.0)
+    # a run read for its rate has none to give
+    server = profile.Calibration("tcp/server", "server", "tcp")
+    assert profile.calibration_run(DQN, figures, server)["failed"] == "too few episodes ended in the steady window to time it"
+
+
 def test_the_profile_summary_shows_each_calibration_runs_learner_update_and_wait():
     from rlbench.plan.cli import format_profile
 
