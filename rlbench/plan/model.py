@@ -98,7 +98,7 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
              calibration run: ring(N). The run is the mapping's transport's where it has one
              (`T/server/data-parallel-2`; its wait is then as measured, no transport term added),
              else the calibrated transport's: lock-step costs each transport its own (two learners
-             over tcp or uds waited 100-150 us per update more than over shm and spent 500-900 more
+             over tcp or uds waited 100-150 us per update more than over shm and spent 380-960 more
              in the collectives, where one learner over them waited 28-68 more). The run also
              gives the learners' compute, wait and loop in lock-step (compute = learn(c, b) x its
              compute / learn(cpu, B/2)): measured here, each of two learners took ~4.0 ms on its

@@ -1030,7 +1030,7 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
       usable (where the policy is registered and the batch splits): two learners in lock-step,
       learner-bound; their compute, their all-reduce and what they wait for each other (a learner a
       busy core delays makes the other wait at the all-reduce), per update. One per transport because
-      lock-step costs each its own: two learners over tcp or uds paid 550-1,000 us per update more
+      lock-step costs each its own: two learners over tcp or uds paid 0.5-1.1 ms per update more
       than over shm (wait and all-reduce), where one learner over them paid 28-68 us more.
     The runs read only for their learner's split (`U/server/wait`, the data-parallel ones) have a
     short steady window (SPLIT_STEADY_STEPS): the profile's two minutes hold them."""
