@@ -391,10 +391,11 @@ def _parts(job: dict[str, Any], replay: str | None, compute: str, batch: int | N
                   m["add_step_us"], m["add_insert_us"], cycle_us(m), m["prioritized"], spreads)
 
 
-def _calibration(job: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """A calibration setting's combined figures, or None when it was not run or failed."""
+def _calibration(job: dict[str, Any], key: str, *figures: str) -> dict[str, Any] | None:
+    """A calibration setting's combined figures, or None when it was not run, failed or lacks one of
+    `figures` (its rate unless named)."""
     run = (job.get("calibration") or {}).get(key)
-    if not run or "failed" in run or "env_steps_per_s" not in run:
+    if not run or "failed" in run or any(name not in run for name in figures or ("env_steps_per_s",)):
         return None
     return run
 
@@ -569,20 +570,14 @@ class GroupCalibration:
 def group_calibration(job: dict[str, Any], transport: str, calibrated: str) -> GroupCalibration | None:
     """The data-parallel calibration run over `transport` where it measured, else over the
     `calibrated` transport; None where neither did."""
-    runs = job.get("calibration") or {}
-
-    def measured(name: str) -> dict[str, Any] | None:
-        run = runs.get(f"{name}/server/data-parallel-2")
-        return run if run and "failed" not in run and "learner_compute_us" in run \
-            and "learner_allreduce_us" in run else None
-
-    over = transport if measured(transport) else calibrated
-    run = measured(over)
-    if run is None:
-        return None
-    return GroupCalibration(run.get("learners", 2), over, run["learner_compute_us"], run["learner_allreduce_us"],
-                            run.get("learner_wait_us", 0.0), run.get("learner_loop_us", 0.0), _others_busy(run),
-                            {"compute": _spread(run, "learner_compute_us"), "group": _spread(run, "learner_allreduce_us")})
+    for over in (transport, calibrated):
+        run = _calibration(job, f"{over}/server/data-parallel-2", "learner_compute_us", "learner_allreduce_us")
+        if run is not None:
+            return GroupCalibration(run.get("learners", 2), over, run["learner_compute_us"], run["learner_allreduce_us"],
+                                    run.get("learner_wait_us", 0.0), run.get("learner_loop_us", 0.0), _others_busy(run),
+                                    {"compute": _spread(run, "learner_compute_us"),
+                                     "group": _spread(run, "learner_allreduce_us")})
+    return None
 
 
 def _polling(job: dict[str, Any], transport: str, placement: str, calibrated: DistributedCalibration) -> tuple[float, float]:
@@ -645,14 +640,11 @@ def _against_cpu_server_run(job: dict[str, Any], suffix: str,
                             figures: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(a component's own calibration run, the key ending in `suffix`; the cpu server run over the
     same transport), both measured and with every one of `figures`; None where either is not."""
-    runs = job.get("calibration") or {}
-    key = next((key for key in runs if key.endswith(suffix)), None)
+    key = next((key for key in job.get("calibration") or {} if key.endswith(suffix)), None)
     if key is None:
         return None
-    own, cpu = runs[key], runs.get(key.split("/")[0] + "/server") or {"failed": "none"}
-    if any("failed" in run or any(name not in run for name in figures) for run in (own, cpu)):
-        return None
-    return own, cpu
+    own, cpu = _calibration(job, key, *figures), _calibration(job, key.split("/")[0] + "/server", *figures)
+    return None if own is None or cpu is None else (own, cpu)
 
 
 def backend_deltas(job: dict[str, Any], compute: str) -> BackendDeltas:
@@ -699,11 +691,9 @@ def transport_wait(job: dict[str, Any], transport: str, calibrated: DistributedC
     calibrated transport): the micro round trips' difference then stands."""
     if transport == calibrated.transport:
         return None
-    runs = job.get("calibration") or {}
-    run = runs.get(f"{transport}/server/wait") or runs.get(f"{transport}/server")
-    if not run or "failed" in run or "learner_wait_us" not in run:
-        return None
-    return run["learner_wait_us"] - calibrated.wait
+    run = _calibration(job, f"{transport}/server/wait", "learner_wait_us") \
+        or _calibration(job, f"{transport}/server", "learner_wait_us")
+    return None if run is None else run["learner_wait_us"] - calibrated.wait
 
 
 def _critical(node: dict[str, Any], placement: str, memory_cycle: float, own: float, publish_every: int) -> float:

@@ -1085,9 +1085,7 @@ def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration,
     if setting.placement != "local":  # the actors' supply, or the cores they share with the learner
         per_step = max(per_step, free / setting.actors, (free + update / setting.train_every) / cores)
     steady = int(min(200_000, max(CALIBRATION_STEADY_STEPS, CALIBRATION_STEADY_S / (per_step * 1e-6))))
-    if setting.learners > 1:  # learners in lock-step on shared cores run far slower than the micro figures say
-        steady = CALIBRATION_STEADY_STEPS
-    if setting.split_only:
+    if setting.split_only:  # the data-parallel ones too: their micro-figure rate is far off lock-step on shared cores
         steady = SPLIT_STEADY_STEPS
     schedule = Schedule(batch_size=hp["batch_size"], train_every=setting.train_every,
                         publish_every=hp["publish_every"], learning_starts=learning_starts)
