@@ -106,6 +106,16 @@ def parse_value(text: str) -> Any:
     return text
 
 
+def run_hyperparameters(algorithm: Any, config: RunConfig, registry: Any) -> Any:
+    """A run's hyperparameters, one way everywhere (the runner, every role, the planner): the
+    algorithm's Config defaults, then its preset for the environment's family (`algorithm.presets`,
+    e.g. CleanRL's dqn_atari settings for "atari"; the environment's capabilities name the family),
+    then the run's `--hp` overrides."""
+    family = registry.get("environment", config.env).capabilities.family
+    preset = dict(getattr(algorithm, "presets", {}).get(family, {}))
+    return apply_overrides(algorithm.Config, {**preset, **config.hyperparameters})
+
+
 def apply_overrides(config_cls: type, overrides: dict[str, Any]) -> Any:
     """Build an algorithm Config from its defaults and `--hp key=value` overrides, refusing
     unknown keys with a "did you mean"."""

@@ -83,6 +83,11 @@ class ReplayCapabilities:
     # priority_mass() -> (sum of priorities**alpha, the smallest non-zero one; uniform: size, 1.0): it
     # can be one shard of several (--replay-shards), the learner weighing shards by their mass
     shards: bool = False
+    # the factory takes frames=k (rlbench.runtime.transitions.frames_of(spec)): obs and next_obs are
+    # image observations of k frames on axis 0 (k = 1: the whole observation is one frame), and each
+    # distinct frame is stored once, stacks rebuilt on sample exactly as they were added (Dopamine's
+    # circular buffer, cpprb's stack_compress). Without it a memory stores obs and next_obs as given.
+    frames: bool = False
 
 
 # Role names for compute backends: "<algorithm>:<role>", role one of actor, learner, tabular.
@@ -91,12 +96,15 @@ class ComputeCapabilities:
     roles: frozenset[str]
     device: str = "cpu"
     does_not: str = ""  # said plainly: what this backend cannot do
+    # the networks its inference engines and learners' device run: "mlp" (mlp_inference) and "cnn"
+    # (cnn_inference, rlbench.kit.networks.ConvNetSpec); a run on image observations needs "cnn"
+    networks: frozenset[str] = frozenset({"mlp"})
 
     def supports(self, algorithm: str, role: str) -> bool:
         return f"{algorithm}:{role}" in self.roles or f"*:{role}" in self.roles
 
 
-SpaceKind = Literal["discrete", "continuous"]
+SpaceKind = Literal["discrete", "continuous", "image"]  # image: uint8 frames (EnvSpec.observation_kind)
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,12 @@ class EnvironmentCapabilities:
     reward_threshold: float | None = None  # "solved" threshold, for time-to-threshold metrics
     device: str = "cpu"  # where the batched state lives
     aliases_to: str | None = None  # registered under an old id, runs the installed one
+    # which suite it belongs to ("atari", "minatar", "mujoco", "classic-control", ...): an algorithm's
+    # hyperparameter presets are chosen by it (Algorithm.presets)
+    family: str = ""
+    # its factory takes evaluation=True: episodes scored as the benchmark scores them (Atari: the raw
+    # game score over all lives, where training clips rewards and ends an episode at each life lost)
+    evaluation_mode: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,7 +136,8 @@ class PolicyCapabilities:
 @dataclass(frozen=True)
 class AlgorithmCapabilities:
     action_space: SpaceKind
-    observation_space: SpaceKind | Literal["any"]
+    # one kind, "any", or the kinds it takes (dqn: vectors and images)
+    observation_space: SpaceKind | Literal["any"] | tuple[SpaceKind, ...]
     loop: Literal["replay", "tabular"]  # which runtime loop drives its actor and learner
     prioritized_replay: bool = False  # can use importance weights and return priorities
     offline: bool = False  # can learn from a collected dataset (--dataset N)
@@ -131,6 +146,11 @@ class AlgorithmCapabilities:
     # its learner has state_dict() / load_state_dict(state) (torch values: networks, optimizers, its
     # update count), so a distributed run's checkpoint can hold it (--checkpoint-every)
     checkpoints: bool = False
+
+    def takes_observations(self, kind: str) -> bool:
+        """Whether it learns from observations of this kind (discrete, continuous, image)."""
+        space = self.observation_space
+        return space == "any" or kind == space or (isinstance(space, tuple) and kind in space)
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,6 +347,11 @@ class ComputeBackend(Protocol):
 
     def tabular(self, n_states: int, n_actions: int) -> TabularEngine: ...
 
+    # Backends whose capabilities list "cnn" in `networks` also give
+    # `cnn_inference(network: rlbench.kit.networks.ConvNetSpec) -> InferenceEngine`: the forward pass of
+    # a convolutional network from published weights (network.weight_shapes() says their order), on
+    # observations of the network's input dtype (uint8 frames are cast and scaled on the engine's device).
+
     def fingerprint(self) -> dict[str, Any]: ...
 
 
@@ -345,6 +370,21 @@ class EnvSpec:
     max_episode_steps: int | None = None
     reward_threshold: float | None = None
     note: str = ""  # e.g. which installed id an old id was mapped to
+    # Image observations: how many frames are stacked on axis 0 of an observation (Atari: 4 of 84x84);
+    # 0 when they are not stacked (MinAtar's channels) or not images
+    frame_stack: int = 0
+    # What an episode's return counts, when not the raw reward: Atari trains on rewards clipped to their
+    # sign with an episode per life, and is evaluated on the raw game score (say which in results)
+    returns: str = "raw"
+
+    @property
+    def observation_kind(self) -> SpaceKind:
+        """discrete (a state index), image (uint8 frames of two or more dimensions) or continuous."""
+        if self.n_states is not None:
+            return "discrete"
+        if self.observation_dtype == "uint8" and len(self.observation_shape) >= 2:
+            return "image"
+        return "continuous"
 
 
 @dataclass
@@ -408,6 +448,8 @@ class Algorithm(Protocol):
 
     def make_learner(self, spec: EnvSpec, compute: ComputeBackend, config: Any, seed: int) -> Learner: ...
 
+    # Optional `presets: dict[family, dict[str, value]]`: hyperparameters for environments of a family
+    # (EnvironmentCapabilities.family), applied before the run's own overrides (rlbench.config.run_hyperparameters).
     # Distributed algorithms also give `policy_shapes(spec, config) -> list[tuple[int, ...]]`: the shapes
     # of the weights the learner publishes ([W0, b0, ...]), without building anything, so the largest
     # message of a run is known before it starts (and a transport that cannot carry it is refused).

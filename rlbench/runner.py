@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from rlbench.arrays import to_host
-from rlbench.config import RunConfig, apply_overrides
+from rlbench.config import RunConfig, run_hyperparameters
 from rlbench.energy import EnergyMeters
 from rlbench.machine_state import own_cpu_s, watch
 from rlbench.fingerprint import machine_fingerprint
@@ -152,7 +152,7 @@ def check(config: RunConfig, registry: Registry) -> tuple[Plan, Any, Any]:
     plan = validate(config, registry)
     _check_eval_every(config)
     algorithm = plan.algorithm.create()
-    hp = apply_overrides(algorithm.Config, config.hyperparameters)
+    hp = run_hyperparameters(algorithm, config, registry)
     validate_hyperparameters(hp)
     validate_policy(config, plan, hp)
     validate_messages(config, plan, algorithm, hp, registry)

@@ -74,16 +74,24 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
 
     if caps.action_space != env_caps.action_space:
         works = _names_that_work(registry, "environment", lambda c: c.capabilities.action_space == caps.action_space
-                                 and caps.observation_space in ("any", c.capabilities.observation_space))
+                                 and caps.takes_observations(c.capabilities.observation_space))
         raise InvalidCombinationError(
             f"{name} needs a {caps.action_space} action space, but {environment.name} has a "
             f"{env_caps.action_space} one; environments that would work: {works}")
-    if caps.observation_space not in ("any", env_caps.observation_space):
-        works = _names_that_work(registry, "environment", lambda c: c.capabilities.observation_space == caps.observation_space
+    if not caps.takes_observations(env_caps.observation_space):
+        wanted = caps.observation_space if isinstance(caps.observation_space, str) else " or ".join(caps.observation_space)
+        works = _names_that_work(registry, "environment", lambda c: caps.takes_observations(c.capabilities.observation_space)
                                  and c.capabilities.action_space == caps.action_space)
         raise InvalidCombinationError(
-            f"{name} needs {caps.observation_space} observations, but {environment.name} has "
+            f"{name} needs {wanted} observations, but {environment.name} has "
             f"{env_caps.observation_space} ones; environments that would work: {works}")
+    if env_caps.observation_space == "image" and "cnn" not in compute.capabilities.networks:
+        works = _names_that_work(registry, "compute", lambda c: "cnn" in c.capabilities.networks
+                                 and all(c.capabilities.supports(name, r) for r in caps.roles))
+        runs = " and ".join(sorted(compute.capabilities.networks)) or "no networks"
+        raise InvalidCombinationError(
+            f"{environment.name} has image observations, which {name} learns with a convolutional network, but "
+            f"compute backend {compute.name} runs {runs} only (no convolution); compute backends that run a CNN: {works}")
 
     for role in caps.roles:
         if not compute.capabilities.supports(name, role):

@@ -31,7 +31,7 @@ def registry():
      "ddpg needs a continuous action space, but CartPole-v1 has a discrete one; environments that would work: "
      "MountainCarContinuous-v0, Pendulum-v1"),
     (RunConfig(algo="dqn", env="Pendulum-v1"), "environments that would work: CartPole-v1"),
-    (RunConfig(algo="dqn", env="FrozenLake-v1"), "dqn needs continuous observations, but FrozenLake-v1 has discrete ones"),
+    (RunConfig(algo="dqn", env="FrozenLake-v1"), "dqn needs continuous or image observations, but FrozenLake-v1 has discrete ones"),
     (RunConfig(algo="qlearning", env="CartPole-v1"), "environments that would work: FrozenLake-v1"),
     (RunConfig(algo="sarsa", env="Taxi-v3", replay="prioritized"), "uses no replay memory; drop --replay prioritized"),
     (RunConfig(algo="dqn", compute="tables"),

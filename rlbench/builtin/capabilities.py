@@ -26,13 +26,14 @@ RAY = TransportCapabilities(max_message_bytes=32 * _MiB, reliable=True, ordered=
                             crosses_hosts=True)
 RAY_REQUIREMENT = "ray==2.60.0"  # the Ray that --launcher ray and the ray transport are tested with (scripts/setup.sh)
 
-UNIFORM = ReplayCapabilities(prioritized=False, checkpoints=True, shards=True)
-PRIORITIZED = ReplayCapabilities(prioritized=True, checkpoints=True, shards=True)
+UNIFORM = ReplayCapabilities(prioritized=False, checkpoints=True, shards=True, frames=True)
+PRIORITIZED = ReplayCapabilities(prioritized=True, checkpoints=True, shards=True, frames=True)
 
 CPU = ComputeCapabilities(roles=frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner",
-                                           "qlearning:tabular", "sarsa:tabular"}), device="cpu")
+                                           "qlearning:tabular", "sarsa:tabular"}), device="cpu",
+                          networks=frozenset({"mlp", "cnn"}))
 
-DQN = AlgorithmCapabilities(action_space="discrete", observation_space="continuous", loop="replay",
+DQN = AlgorithmCapabilities(action_space="discrete", observation_space=("continuous", "image"), loop="replay",
                             prioritized_replay=True, checkpoints=True)
 DDPG = AlgorithmCapabilities(action_space="continuous", observation_space="continuous", loop="replay",
                              prioritized_replay=True, checkpoints=True)

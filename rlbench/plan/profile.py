@@ -162,12 +162,12 @@ class Job:
 
 def resolved_hyperparameters(job: Job, registry: Any = None) -> Any:
     """The algorithm's Config with the job's overrides (validated as `rlbench run` does)."""
-    from rlbench.config import apply_overrides
+    from rlbench.config import RunConfig, run_hyperparameters
     from rlbench.validate import validate_hyperparameters
 
     registry = registry or _registry()
     algorithm = registry.get("algorithm", job.algo).create()
-    hp = apply_overrides(algorithm.Config, job.overrides())
+    hp = run_hyperparameters(algorithm, RunConfig(algo=job.algo, env=job.env, hyperparameters=job.overrides()), registry)
     validate_hyperparameters(hp)
     return hp
 

@@ -40,6 +40,16 @@ def transition_layout(spec: Any) -> Layout:
             "done": ("float32", ())}
 
 
+def frames_of(spec: Any) -> int:
+    """What a frame-storing replay memory is told (its factory's `frames=`): the frames stacked on axis
+    0 of an image observation (EnvSpec.frame_stack), 1 for an image that is not a stack (the whole
+    observation is one frame, shared by a transition's next_obs and the following obs), 0 for
+    observations that are not images (stored as they are)."""
+    if spec.observation_kind != "image":
+        return 0
+    return int(spec.frame_stack) or 1
+
+
 def as_layout(layout: Layout, transitions: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """An actor's transitions in the run's layout (no copy of a field already in it)."""
     return {name: np.asarray(transitions[name], dtype=dtype) for name, (dtype, _) in layout.items()}

@@ -185,8 +185,7 @@ def _check_spec(spec: Any, num_envs: int, capabilities: EnvironmentCapabilities 
     if capabilities is None:
         return
     declared = {"action_space": (capabilities.action_space, spec.action_kind),
-                "observation_space": (capabilities.observation_space,
-                                      "discrete" if spec.n_states is not None else "continuous")}
+                "observation_space": (capabilities.observation_space, spec.observation_kind)}
     if capabilities.max_episode_steps is not None:
         declared["max_episode_steps"] = (capabilities.max_episode_steps, spec.max_episode_steps)
     if capabilities.reward_threshold is not None:

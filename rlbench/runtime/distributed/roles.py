@@ -18,7 +18,7 @@ import numpy as np
 
 from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
-from rlbench.config import RunConfig, apply_overrides
+from rlbench.config import RunConfig, run_hyperparameters
 from rlbench.errors import RlbenchError
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import CPU_SAMPLE_EVERY, CpuMeter, Recorder, time_split
@@ -86,7 +86,7 @@ def _components(spec: RoleSpec):
     registry = get_registry()
     config = spec.run_config
     algorithm = registry.get("algorithm", config.algo).create()
-    hp = apply_overrides(algorithm.Config, config.hyperparameters)
+    hp = run_hyperparameters(algorithm, config, registry)
     return registry, config, algorithm, hp
 
 
