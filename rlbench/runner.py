@@ -82,10 +82,14 @@ def _signals_stop(budget: Budget) -> Iterator[None]:
 
 
 def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[str, Any]:
-    """Greedy episodes on a fresh environment. Success (toy text) = the episode terminated on a
-    positive reward, i.e. the goal was reached."""
-    env = plan.environment.create(num_envs=1, seed=config.seed + EVAL_SEED_OFFSET,
-                                  **plan.options.get("environment", {}))
+    """Greedy episodes on a fresh environment, in its evaluation mode where it has one (Atari: whole
+    games scored raw, where training clips rewards and ends an episode per life); `returns` says what
+    a return counts. Success (toy text) = the episode terminated on a positive reward, i.e. the goal
+    was reached."""
+    options = dict(plan.options.get("environment", {}))
+    if plan.environment.capabilities.evaluation_mode:
+        options["evaluation"] = True
+    env = plan.environment.create(num_envs=1, seed=config.seed + EVAL_SEED_OFFSET, **options)
     tabular = env.spec.n_states is not None
     returns, successes = [], 0
     try:
@@ -104,7 +108,7 @@ def evaluate(actor: Any, plan: Plan, config: RunConfig, episodes: int) -> dict[s
     values = np.asarray(returns, dtype=np.float64)
     return {"episodes": episodes, "mean_return": float(values.mean()), "std_return": float(values.std()),
             "min_return": float(values.min()), "max_return": float(values.max()),
-            "success_rate": successes / episodes if tabular else None}
+            "success_rate": successes / episodes if tabular else None, "returns": env.spec.returns}
 
 
 def _select_loop(plan: Plan, ctx: RunContext) -> tuple[str, Callable[[RunContext], LoopStats], str | None]:
@@ -195,6 +199,7 @@ class _Trained:
     stop_reason: str = ""
     replay_stats: dict[str, Any] | None = None
     evaluation: PeriodicEvaluation | None = None  # --eval-every's points
+    returns: str | None = None  # what a training episode's return counts (EnvSpec.returns; None: no env was built)
 
 
 def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
@@ -202,8 +207,10 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
     env = plan.environment.create(num_envs=config.num_envs, seed=config.seed, **plan.options.get("environment", {}))
     replay = None
     if plan.replay is not None:
-        replay = plan.replay.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
-                                    **plan.options.get("replay", {}))
+        from rlbench.runtime.transitions import make_memory
+
+        replay = make_memory(plan.replay, env.spec, capacity=hp.buffer_size, alpha=hp.per_alpha, seed=config.seed,
+                             options=plan.options.get("replay", {}))
     ctx = RunContext(config=config, algorithm=algorithm, hp=hp, env=env, compute=compute, replay=replay,
                      budget=budget, replay_capabilities=plan.replay.capabilities if plan.replay else None,
                      options=plan.options)
@@ -223,24 +230,26 @@ def _train_local(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget:
     stats.extra = {"name": name, **({"device_loop_not_chosen": not_device} if not_device else {}), **stats.extra}
     return _Trained(stats, ctx.recorder, ctx.accounting, ctx.curve, ctx.actor,
                     notes=[env.spec.note] if env.spec.note else [],
-                    replay_stats=replay.stats() if replay is not None else None, evaluation=ctx.evaluation)
+                    replay_stats=replay.stats() if replay is not None else None, evaluation=ctx.evaluation,
+                    returns=env.spec.returns)
 
 
 def _train_distributed(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget) -> _Trained:
     from rlbench.runtime.distributed.driver import run_distributed
 
     outcome = run_distributed(config, plan, hp, budget)
-    actor = None
+    actor, returns = None, None
     if outcome.final_weights is not None:
         env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
         env.close()
+        returns = env.spec.returns
         compute = plan.compute.create(**plan.options.get("compute", {}))
         actor = algorithm.make_actor(env.spec, compute, hp, config.seed)
         actor.load_weights(outcome.final_weights, outcome.weights_version)
     outcome.stats.extra = {"name": "distributed", **outcome.stats.extra, "failures": outcome.failures}
     return _Trained(outcome.stats, outcome.recorder, outcome.accounting, outcome.curve, actor,
                     failures=outcome.failures, stop_reason=outcome.stop_reason,
-                    replay_stats=outcome.stats.extra.get("replay_memory"))
+                    replay_stats=outcome.stats.extra.get("replay_memory"), returns=returns)
 
 
 def _steady(stats: LoopStats, t0: float, evaluating_s: float = 0.0) -> dict[str, float | None]:
@@ -335,6 +344,10 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         "counters": dict(trained.recorder.counters),
         "learning_curve": trained.curve.points,
         "evaluation": evaluation,
+        # what a return counts in each: "raw" (the environment's rewards, an episode as it defines one), or
+        # the training environment's description (Atari trains on clipped rewards, an episode per life, and
+        # is evaluated on whole games' raw scores)
+        "returns": {"learning_curve": trained.returns, "evaluation": evaluation["returns"] if evaluation else None},
         "evaluation_curve": evaluation_curve,
         "energy": energy,
         "accounting": trained.accounting.to_dict(),

@@ -32,7 +32,7 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # torch first, pinned: the CPU build; any looser spec may pull several GB of CUDA wheels.
 "$VENV/bin/python" -c "import torch" 2>/dev/null || "${PIP[@]}" "torch==2.13.0"
 "${PIP[@]}" "ray==2.60.0"  # --launcher ray and the ray transport; pinned (rlbench.builtin.capabilities.RAY_REQUIREMENT), Ray's PyPI wheel is CPU-only
-"${PIP[@]}" -e ".[test]"
+"${PIP[@]}" -e ".[test,envs]"  # envs: Atari, MinAtar and MuJoCo (pyproject.toml)
 for plugin in plugins/*/ examples/*/; do
   if [ -f "$plugin/pyproject.toml" ]; then "${PIP[@]}" -e "$plugin"; fi
 done

@@ -42,3 +42,17 @@ def test_same_step_auto_reset_returns_the_true_final_observation():
             assert abs(result.final_observations[i][2]) > 0.2  # the pole fell past the limit...
             assert abs(result.observations[i][2]) < 0.06  # ...and the next episode starts upright
     assert ended > 2
+
+
+def test_gymnasium_ids_keep_their_dtypes_and_name_their_family():
+    import rlbench
+
+    registry = rlbench.get_registry()
+    assert registry.get("environment", "CartPole-v1").capabilities.family == "classic-control"
+    assert registry.get("environment", "Taxi-v3").capabilities.family == "toy-text"
+    assert not registry.get("environment", "CartPole-v1").capabilities.evaluation_mode
+    cartpole, taxi = GymnasiumEnv("CartPole-v1"), GymnasiumEnv("Taxi-v3")
+    assert (cartpole.spec.observation_dtype, cartpole.spec.observation_kind, cartpole.spec.returns) == \
+        ("float32", "continuous", "raw")
+    assert (taxi.spec.observation_dtype, taxi.spec.observation_kind) == ("int64", "discrete")
+    assert cartpole.reset(seed=0).dtype == np.float32 and cartpole.spec.frame_stack == 0

@@ -11,7 +11,7 @@ import platform
 
 from rlbench.builtin import capabilities as caps
 from rlbench.hookspecs import hookimpl
-from rlbench.protocols import EnvironmentCapabilities, probe_modules
+from rlbench.protocols import EnvironmentCapabilities, Probe, probe_modules
 
 
 @hookimpl
@@ -70,8 +70,9 @@ def rlbench_register_policies(register):
                          "one-device loop when every component is a gpu one)")
 
 
-# Static facts about gymnasium's classic-control and toy-text ids, so the validator can reason
-# without importing gymnasium. (id, action, observation, max_episode_steps, reward_threshold)
+# Static facts about the environments, so the validator and `rlbench list` reason without importing
+# gymnasium, ale-py, MinAtar or MuJoCo. gymnasium's classic-control and toy-text ids:
+# (id, action, observation, max_episode_steps, reward_threshold)
 GYMNASIUM_IDS = [
     ("CartPole-v1", "discrete", "continuous", 500, 475.0),
     ("CartPole-v0", "discrete", "continuous", 200, 195.0),
@@ -85,28 +86,103 @@ GYMNASIUM_IDS = [
     ("CliffWalking-v0", "discrete", "discrete", None, None),
     ("Blackjack-v1", "discrete", "discrete", None, None),
 ]
+# gymnasium's MuJoCo bodies: (id, max_episode_steps, reward_threshold)
+MUJOCO_IDS = [
+    ("HalfCheetah-v5", 1000, 4800.0),
+    ("Hopper-v5", 1000, 3800.0),
+    ("Walker2d-v5", 1000, None),
+    ("Ant-v5", 1000, 6000.0),
+    ("Humanoid-v5", 1000, None),
+    ("HumanoidStandup-v5", 1000, None),
+    ("Swimmer-v5", 1000, 360.0),
+    ("InvertedPendulum-v5", 1000, 950.0),
+    ("InvertedDoublePendulum-v5", 1000, 9100.0),
+    ("Reacher-v5", 50, -3.75),
+    ("Pusher-v5", 100, 0.0),
+]
+MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+ATARI_MAX_EPISODE_STEPS = 27_000  # ALE's 108,000-frame cut at 4 frames a step (rlbench.builtin.atari)
+INSTALL = {"gymnasium": "pip install gymnasium", "ale_py": "pip install ale-py",
+           "cv2": "pip install opencv-python-headless", "minatar": "pip install minatar",
+           "mujoco": "pip install mujoco", "imageio": "pip install imageio"}
 
 
 @hookimpl
 def rlbench_register_environments(register):
+    from rlbench.builtin.reference_scores import ATARI_SCORES  # data only: the 57 games with published scores
+
     for env_id, action, observation, max_steps, threshold in GYMNASIUM_IDS:
-        register(env_id, functools.partial(_make_gymnasium, env_id),
-                 probe=functools.partial(_probe_gymnasium, env_id),
+        family = "toy-text" if observation == "discrete" else "classic-control"
+        register(env_id, functools.partial(_make, "rlbench.builtin.envs:GymnasiumEnv", env_id),
+                 probe=functools.partial(_probe, "gymnasium"),
                  capabilities=EnvironmentCapabilities(action_space=action, observation_space=observation,
-                                                      max_episode_steps=max_steps, reward_threshold=threshold),
-                 description="gymnasium " + ("toy text" if observation == "discrete" else "classic control"))
+                                                      max_episode_steps=max_steps, reward_threshold=threshold,
+                                                      family=family),
+                 description="gymnasium " + family.replace("-", " "))
+    atari = EnvironmentCapabilities(action_space="discrete", observation_space="image",
+                                    max_episode_steps=ATARI_MAX_EPISODE_STEPS, family="atari", evaluation_mode=True)
+    for game in ATARI_SCORES:
+        env_id = f"ALE/{game}-v5"
+        register(env_id, functools.partial(_make, "rlbench.builtin.atari:make_atari", env_id),
+                 probe=functools.partial(_probe_atari, game),
+                 capabilities=atari,
+                 description="Atari 2600 (ale-py), DQN preprocessing: uint8 4x84x84 frames")
+    minatar = EnvironmentCapabilities(action_space="discrete", observation_space="image", family="minatar")
+    for game in MINATAR_GAMES:
+        for version, actions in (("v0", "all 6 actions"), ("v1", "its minimal action set")):
+            env_id = f"MinAtar/{game}-{version}"
+            register(env_id, functools.partial(_make, "rlbench.builtin.envs:make_minatar", env_id),
+                     probe=functools.partial(_probe, "gymnasium", "minatar"),
+                     capabilities=minatar,
+                     description=f"MinAtar {game}, uint8 channels x 10x10 boards, {actions}")
+    for env_id, max_steps, threshold in MUJOCO_IDS:
+        register(env_id, functools.partial(_make, "rlbench.builtin.envs:make_mujoco", env_id),
+                 probe=functools.partial(_probe, "gymnasium", "mujoco", "imageio"),
+                 capabilities=EnvironmentCapabilities(action_space="continuous", observation_space="continuous",
+                                                      max_episode_steps=max_steps, reward_threshold=threshold,
+                                                      family="mujoco"),
+                 description="MuJoCo body (gymnasium v5), float32 observations")
 
 
-def _make_gymnasium(env_id, num_envs=1, *, seed=None, **options):
-    from rlbench.builtin.envs import GymnasiumEnv
+def _make(factory, env_id, num_envs=1, **options):
+    """`factory` ("module:attr", imported on first use) builds `num_envs` copies of `env_id`."""
+    from rlbench.registry import load_object
 
-    return GymnasiumEnv(env_id, num_envs=num_envs, seed=seed, **options)
+    return load_object(factory)(env_id, num_envs, **options)
 
 
-def _probe_gymnasium(env_id):
-    from rlbench.builtin.envs import probe
+def _probe(*modules):
+    """Each module findable (without importing it), or what to pip install."""
+    for module in modules:
+        probe = probe_modules(module, hint=INSTALL[module])
+        if not probe.available:
+            return probe
+    return Probe.ok()
 
-    return probe(env_id)
+
+def snake_case(game):
+    """A game's module or ROM name in ale-py and MinAtar: SpaceInvaders -> space_invaders, UpNDown -> up_n_down."""
+    import re
+
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
+
+
+def _probe_atari(game):
+    """ale-py and OpenCV findable, and ale-py's ROM of `game` where ale-py keeps ROMs (ALE_ROMS_DIR,
+    else its package's roms/), all without importing them."""
+    import importlib.util
+    import os
+
+    probe = _probe("gymnasium", "ale_py", "cv2")
+    if not probe.available:
+        return probe
+    rom = snake_case(game)
+    package = importlib.util.find_spec("ale_py").submodule_search_locations[0]
+    roms = os.environ.get("ALE_ROMS_DIR") or os.path.join(package, "roms")
+    if not os.path.isfile(os.path.join(roms, f"{rom}.bin")):
+        return Probe.missing(f"ale-py has no ROM {rom}.bin in {roms} (ale-py 0.9 and later ship the ROMs: "
+                             "pip install -U ale-py)")
+    return probe
 
 
 @hookimpl

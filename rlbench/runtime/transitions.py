@@ -50,6 +50,16 @@ def frames_of(spec: Any) -> int:
     return int(spec.frame_stack) or 1
 
 
+def make_memory(component: Any, spec: Any, *, capacity: int, alpha: float, seed: int,
+                options: Mapping[str, Any]) -> Any:
+    """A run's replay memory (the local loop's, a replay node's): built by its registry component with
+    the run's options, and told how image observations' frames are stored when it can store each
+    frame once (ReplayCapabilities.frames); any other memory stores obs and next_obs as given."""
+    frames = frames_of(spec) if component.capabilities.frames else 0
+    return component.create(capacity=capacity, alpha=alpha, seed=seed, **({"frames": frames} if frames else {}),
+                            **options)
+
+
 def as_layout(layout: Layout, transitions: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """An actor's transitions in the run's layout (no copy of a field already in it)."""
     return {name: np.asarray(transitions[name], dtype=dtype) for name, (dtype, _) in layout.items()}

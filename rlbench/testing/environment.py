@@ -7,9 +7,10 @@
                       expect=lambda env: env.spec.n_states == 12)
 
 It raises AssertionError naming the first thing wrong, in this order:
-- the spec: `num_envs`, a coherent description of observations and actions, and the registered
-  EnvironmentCapabilities (action and observation kinds; max_episode_steps and reward_threshold
-  where declared);
+- the spec: `num_envs`, a coherent description of observations and actions (continuous ones are
+  floating point; images are uint8 of two or more dimensions, channels first, and a frame stack is
+  their first axis), and the registered EnvironmentCapabilities (action and observation kinds;
+  max_episode_steps and reward_threshold where declared);
 - options: an unknown keyword option is refused (TypeError, ValueError or RlbenchError naming it),
   so a run option whose parameter the factory does not take fails loudly instead of vanishing into
   a `**options` catch-all. With `expect`, `expect(env)` is true for an environment built with
@@ -24,6 +25,8 @@ It raises AssertionError naming the first thing wrong, in this order:
   be the same as without them (a step counter or a random draw shows up later, not at once);
 - arrays handed out are not changed by later calls (the runtime keeps the last observations while
   it steps again);
+- frame stacks (spec.frame_stack = k): within an episode each observation is the previous one shifted
+  by a frame, the newest last (obs[t+1][:k-1] == obs[t][1:]), in final_observations too;
 - same-step auto-reset: where no episode ended, final_observations == observations; no episode lasts
   longer than max_episode_steps (where declared); and over the run's episode ends (at least
   MIN_ENDS of them), observations may not always equal final_observations: either the copy was not
@@ -164,8 +167,19 @@ def _check_spec(spec: Any, num_envs: int, capabilities: EnvironmentCapabilities 
         assert spec.observation_shape == () and dtype.kind in "iu", (
             f"{name}: discrete observations (n_states set) are integer ids of shape (), got "
             f"{spec.observation_dtype}{list(spec.observation_shape)}")
+    elif spec.observation_kind == "image":
+        assert len(spec.observation_shape) in (2, 3), \
+            f"{name}: image observations are (height, width) or (channels, height, width), got {spec.observation_shape}"
     else:
-        assert dtype.kind == "f", f"{name}: continuous observations must be floating point, got {spec.observation_dtype}"
+        assert dtype.kind == "f", (f"{name}: continuous observations must be floating point (images: uint8 of two or "
+                                   f"more dimensions), got {spec.observation_dtype}{list(spec.observation_shape)}")
+    stack = spec.frame_stack
+    assert isinstance(stack, int) and stack >= 0, f"{name}: frame_stack must be an int >= 0, got {stack!r}"
+    if stack:
+        assert spec.observation_kind == "image" and len(spec.observation_shape) == 3 and \
+            spec.observation_shape[0] == stack, (
+                f"{name}: frame_stack={stack} stacks frames on axis 0 of an image observation, but observations are "
+                f"{spec.observation_dtype}{list(spec.observation_shape)}")
     assert spec.action_kind in ("discrete", "continuous"), f"{name}: unknown action_kind {spec.action_kind!r}"
     if spec.action_kind == "discrete":
         assert isinstance(spec.n_actions, int) and spec.n_actions >= 1, f"{name}: discrete actions need n_actions >= 1"
@@ -378,9 +392,18 @@ def _check_run(env: Any, spec: EnvSpec, seed: int, actions: list[np.ndarray], re
                 f"{spec.id}: {where} changed arrays an earlier call returned: the environment reuses its buffers "
                 "(hand out fresh arrays; the runtime keeps the last observations while it steps again)")
         held, kept = list(outputs), [array.copy() for array in outputs]
+        previous = run.steps[-1][0] if run.steps else run.reset
         run.steps.append(tuple(kept))
         observations, _, terminated, truncated, final = kept
         ended = terminated | truncated
+        if spec.frame_stack:
+            shifted = _same_rows(final[:, :-1], previous[:, 1:])
+            if not shifted.all():
+                row = int(np.flatnonzero(~shifted)[0])
+                raise AssertionError(
+                    f"{spec.id}: {where}: copy {row}'s frame stack is not the previous observation's shifted by one "
+                    f"frame (frame_stack={spec.frame_stack}: within an episode obs[t+1][:-1] == obs[t][1:], the newest "
+                    "frame last)")
         same = _same_rows(observations, final)
         if not same[~ended].all():
             row = int(np.flatnonzero(~same & ~ended)[0])
@@ -419,6 +442,8 @@ def _check_run(env: Any, spec: EnvSpec, seed: int, actions: list[np.ndarray], re
             report.skipped.append(f"truncation: no episode reached max_episode_steps={limit} under random actions "
                                   "(none ran past it either)")
     report.checked.append(f"reset/step outputs and buffers over {len(actions)} steps of {n} copies")
+    if spec.frame_stack:
+        report.checked.append(f"frame stacks of {spec.frame_stack} shift by one frame a step")
     return run
 
 
