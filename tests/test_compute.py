@@ -172,6 +172,9 @@ def test_bench_compute_prints_engine_beside_torch_json():
     data = json.loads(result.output[result.output.index("{"):])
     assert data["threads"]["torch_threads"] == 1
     cpu_rows = [row for row in data["inference"] if row["backend"] == "cpu"]
-    assert {(row["batch"]) for row in cpu_rows} == {1, 256}
+    assert {row["batch"] for row in cpu_rows if "cnn" not in row["network"]} == {1, 256}
+    assert {row["batch"] for row in cpu_rows if row["network"] == "nature-cnn 4x84x84"} == {1, 32}
     assert all(row["engine"]["p50_us"] > 0 and row["torch_cpu"]["p50_us"] > 0 for row in cpu_rows)
-    assert {row["algorithm"] for row in data["learner"] if row["backend"] == "cpu"} == {"dqn", "ddpg"}
+    learners = [row for row in data["learner"] if row["backend"] == "cpu"]
+    assert {row["algorithm"] for row in learners} == {"dqn", "ddpg"}
+    assert [row["batch"] for row in learners if row.get("network") == "nature-cnn 4x84x84"] == [32]

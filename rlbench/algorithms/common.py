@@ -4,6 +4,7 @@ its own fields in a subclass), and the schedules the local loop and the distribu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -39,6 +40,12 @@ def beta_at(hp, step: int, total_steps: int) -> float:
     """Importance-sampling exponent, annealed linearly over the run (Schaul et al.)."""
     fraction = min(1.0, step / max(1, total_steps))
     return hp.per_beta_start + fraction * (hp.per_beta_end - hp.per_beta_start)
+
+
+def network_shapes(network: Any) -> list[tuple[int, ...]]:
+    """Shapes of a network's published weights: an MLP's layer sizes (mlp_shapes) or a
+    rlbench.kit.networks.ConvNetSpec (its weight_shapes())."""
+    return mlp_shapes(network) if isinstance(network, (list, tuple)) else network.weight_shapes()
 
 
 def mlp_shapes(layer_sizes: list[int]) -> list[tuple[int, ...]]:

@@ -42,6 +42,16 @@ class DDPGConfig(ReplayLoopConfig):
     exploration_noise: float = 0.1  # Gaussian std, as a fraction of the half action range
 
 
+# Settings per environment family (rlbench.config.run_hyperparameters applies them under --hp): CleanRL's
+# ddpg_continuous_action.py Args (vwxyzjn/cleanrl), in DDPGConfig's terms (its one learning_rate is both
+# networks'; policy_frequency is policy_delay; it trains on every env step after learning_starts).
+MUJOCO = {
+    "total_steps": 1_000_000, "buffer_size": 1_000_000, "actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4,
+    "gamma": 0.99, "tau": 0.005, "batch_size": 256, "exploration_noise": 0.1, "learning_starts": 25_000,
+    "policy_delay": 2, "hidden_sizes": (256, 256), "train_every": 1,
+}
+
+
 @dataclass(frozen=True)
 class ActionBounds:
     low: np.ndarray
@@ -293,6 +303,7 @@ class DDPG:
     captures_on_one_device = True
 
     capabilities = caps.DDPG
+    presets = {"mujoco": MUJOCO}
 
     def policy_shapes(self, spec: EnvSpec, config: DDPGConfig) -> list[tuple[int, ...]]:
         return mlp_shapes(actor_layer_sizes(spec, config))

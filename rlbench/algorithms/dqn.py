@@ -1,8 +1,14 @@
 """DQN (Mnih et al. 2015) with double-DQN (van Hasselt et al. 2016) and prioritized-replay options.
 
-Written once against the protocols: the actor runs epsilon-greedy over the compute backend's
-inference engine (numpy on the CPU backend, so actors never import torch); the learner runs torch on
-`compute.torch_device()` and publishes the Q-network as [W0, b0, W1, b1, ...] with W of shape (in, out).
+Written once against the protocols. The Q-network is chosen from the spec (`q_network`): an MLP of
+`hidden_sizes` for vector observations, the CNN rlbench.kit.networks.image_network picks for image
+ones (Nature's for Atari frames, MinAtar's for its boards), which takes uint8 frames as they come and
+casts them on the learner's device. The actor runs epsilon-greedy over the compute backend's
+inference engine for it (`mlp_inference` or `cnn_inference`: numpy on the CPU backend, so actors never
+import torch); the learner runs torch on `compute.torch_device()` and publishes the Q-network's weights
+as [W0, b0, W1, b1, ...] (dense W of shape (in, out), conv W as torch keeps it; ConvNetSpec.weight_shapes()).
+`DQN.presets` holds the reference settings per environment family (CleanRL's dqn_atari.py for Atari,
+MinAtar's own DQN for MinAtar).
 """
 
 from __future__ import annotations
@@ -12,16 +18,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rlbench.algorithms.common import ReplayLoopConfig, mlp_shapes
+from rlbench.algorithms.common import ReplayLoopConfig, network_shapes
 from rlbench.arrays import same_kind, to_host
 from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
+from rlbench.kit.networks import ConvNetSpec, image_network
 from rlbench.protocols import EnvSpec, Sample
 
 
 @dataclass
 class DQNConfig(ReplayLoopConfig):
-    # Tuned for CartPole-v1 on prioritized replay: greedy mean 223 / 424 / 500 (seeds 0 / 1 / 2).
+    # Tuned for CartPole-v1 on prioritized replay: greedy mean 500 / 226 / 292 (seeds 0 / 1 / 2, 10 episodes).
     total_steps: int = 30_000
     buffer_size: int = 50_000
     batch_size: int = 128
@@ -31,7 +38,7 @@ class DQNConfig(ReplayLoopConfig):
     # here as many updates), Acme's DQN every 1000 actor steps; every update sent the whole policy on
     # each one (2 GB in a 30k-step run across hosts). Staleness is in every result.
     publish_every: int = 50
-    hidden_sizes: tuple[int, ...] = (128, 128)
+    hidden_sizes: tuple[int, ...] = (128, 128)  # the MLP's (vector observations; an image's CNN is fixed)
     learning_rate: float = 1e-3
     gamma: float = 0.99
     target_update_every: int = 250  # learner updates between target-network updates
@@ -44,16 +51,54 @@ class DQNConfig(ReplayLoopConfig):
     exploration_steps: int = 10_000  # env steps over which epsilon decays linearly
 
 
+# Settings per environment family (EnvironmentCapabilities.family), applied over DQNConfig's defaults and
+# under a run's --hp overrides (rlbench.config.run_hyperparameters): each source's own, in DQNConfig's terms.
+# Periods counted in env steps by the source are converted to learner updates (/ train_every), as
+# rlbench.bench.algo.dqn_hyperparameters does for CleanRL's dqn.py. Not set: publish_every (how often actors
+# get weights is rlbench's, not the algorithm's) and hidden_sizes (an image's CNN is fixed by its spec).
+ATARI = {  # CleanRL's dqn_atari.py Args (vwxyzjn/cleanrl): Adam, MSE loss, no double DQN, no gradient clipping
+    "total_steps": 10_000_000, "buffer_size": 1_000_000, "learning_rate": 1e-4, "gamma": 0.99,
+    "tau": 1.0, "target_update_every": 1_000 // 4,  # target_network_frequency 1000 env steps / train_frequency 4
+    "batch_size": 32, "epsilon_start": 1.0, "epsilon_end": 0.01,
+    "exploration_steps": 1_000_000,  # exploration_fraction 0.10 of total_timesteps 10M
+    "learning_starts": 80_000, "train_every": 4, "loss": "mse", "double_dqn": False, "max_grad_norm": 0.0,
+}
+MINATAR = {  # MinAtar's own DQN (Young & Tian 2019; kenjyoung/MinAtar examples/dqn.py): Huber loss, no double
+    # DQN, no gradient clipping, a target copy every 1000 updates (one per frame). It steps centered RMSProp
+    # (alpha 0.95, momentum 0.95, eps 0.01) at 2.5e-4; rlbench's DQN steps Adam, here at the same rate.
+    "total_steps": 5_000_000, "buffer_size": 100_000, "learning_rate": 2.5e-4, "gamma": 0.99,
+    "tau": 1.0, "target_update_every": 1_000, "batch_size": 32, "train_every": 1, "learning_starts": 5_000,
+    # epsilon 1 -> 0.1 over the 100,000 frames after the 5,000 random ones: ends where MinAtar's does
+    "epsilon_start": 1.0, "epsilon_end": 0.1, "exploration_steps": 105_000,
+    "loss": "huber", "double_dqn": False, "max_grad_norm": 0.0,
+}
+
+
 def epsilon_at(config: DQNConfig, step: int) -> float:
     fraction = min(1.0, step / max(1, config.exploration_steps))
     return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
 
 
-def q_layer_sizes(spec: EnvSpec, config: DQNConfig) -> list[int]:
-    if spec.action_kind != "discrete" or spec.n_actions is None or len(spec.observation_shape) != 1:
-        raise RlbenchError(f"dqn needs discrete actions and flat observations; {spec.id} has "
-                           f"{spec.action_kind} actions and observations of shape {spec.observation_shape}")
+QNetwork = list[int] | ConvNetSpec  # an MLP's layer sizes, or a CNN
+
+
+def q_network(spec: EnvSpec, config: DQNConfig) -> QNetwork:
+    """The Q-network for this spec: a CNN for image observations, an MLP of config.hidden_sizes for flat ones."""
+    if spec.action_kind != "discrete" or spec.n_actions is None:
+        raise RlbenchError(f"dqn needs discrete actions; {spec.id} has {spec.action_kind} actions")
+    if spec.observation_kind == "image":
+        return image_network(spec.observation_shape, spec.observation_dtype, spec.n_actions)
+    if len(spec.observation_shape) != 1:
+        raise RlbenchError(f"dqn needs flat observations or uint8 images; {spec.id} has {spec.observation_dtype} "
+                           f"observations of shape {spec.observation_shape}")
     return [spec.observation_shape[0], *config.hidden_sizes, spec.n_actions]
+
+
+def inference_engine(compute: Any, network: QNetwork) -> Any:
+    """The compute backend's engine for the Q-network (identity output: Q-values)."""
+    if isinstance(network, ConvNetSpec):
+        return compute.cnn_inference(network)
+    return compute.mlp_inference(network, hidden_activation="relu", output_activation="identity")
 
 
 class DQNActor:
@@ -66,8 +111,7 @@ class DQNActor:
     def __init__(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> None:
         self.config = config
         self.n_actions = int(spec.n_actions or 0)
-        self.q_values = compute.mlp_inference(q_layer_sizes(spec, config), hidden_activation="relu",
-                                              output_activation="identity")
+        self.q_values = inference_engine(compute, q_network(spec, config))
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.device_generator = None
@@ -125,20 +169,22 @@ class DQNLearner:
     def __init__(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> None:
         import torch
 
-        from rlbench.algorithms.networks import mlp
+        from rlbench.algorithms.networks import adam, build_network
 
         if config.loss not in ("huber", "mse"):
             raise RlbenchError(f"dqn loss must be 'huber' or 'mse', got {config.loss!r}")
         self.config = config
         self.device = compute.torch_device()
         torch.manual_seed(seed)
-        sizes = q_layer_sizes(spec, config)
-        self.q_network = mlp(sizes, device=self.device)
-        self.target_network = mlp(sizes, device=self.device)
+        network = q_network(spec, config)
+        self.q_network = build_network(network, device=self.device)
+        self.target_network = build_network(network, device=self.device)
         self.target_network.load_state_dict(self.q_network.state_dict())
-        self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=config.learning_rate)
+        self.optimizer = adam(self.q_network.parameters(), config.learning_rate)
         self.updates = 0
-        self.n_actions = sizes[-1]
+        self.n_actions = int(spec.n_actions)
+        # Sampled observations reach the device as they were stored: uint8 frames are cast by the network
+        self.observation_dtype = torch.uint8 if isinstance(network, ConvNetSpec) else torch.float32
         self.generator: Any = None  # exploration draws on the device (prepare_capture)
         self.updates_on_device: Any = None  # the update count the target network's schedule reads on the device
 
@@ -182,9 +228,10 @@ class DQNLearner:
 
         from rlbench.algorithms.networks import as_tensor, soft_update
 
-        t, device, config = sample.transitions, self.device, self.config
-        target, q, loss = self.learn(as_tensor(t["obs"], device), as_tensor(t["action"], device, torch.int64).view(-1, 1),
-                                     as_tensor(t["reward"], device), as_tensor(t["next_obs"], device),
+        t, device, config, observations = sample.transitions, self.device, self.config, self.observation_dtype
+        target, q, loss = self.learn(as_tensor(t["obs"], device, observations),
+                                     as_tensor(t["action"], device, torch.int64).view(-1, 1),
+                                     as_tensor(t["reward"], device), as_tensor(t["next_obs"], device, observations),
                                      as_tensor(t["done"], device), as_tensor(sample.weights, device))
         self.updates += 1
         if self.updates % config.target_update_every == 0:
@@ -266,9 +313,10 @@ class DQN:
     captures_on_one_device = True
 
     capabilities = caps.DQN
+    presets = {"atari": ATARI, "minatar": MINATAR}
 
     def policy_shapes(self, spec: EnvSpec, config: DQNConfig) -> list[tuple[int, ...]]:
-        return mlp_shapes(q_layer_sizes(spec, config))
+        return network_shapes(q_network(spec, config))
 
     def make_actor(self, spec: EnvSpec, compute: Any, config: DQNConfig, seed: int) -> DQNActor:
         return DQNActor(spec, compute, config, seed)

@@ -1,4 +1,5 @@
-"""Torch MLPs for learners, and their export in the format actors' inference engines load.
+"""Torch networks for learners (MLPs for vectors, the CNNs of rlbench.kit.networks for images), and
+their export in the format actors' inference engines load.
 
 Learner-side only: importing this module imports torch.
 """
@@ -10,6 +11,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 from torch import nn
+
+from rlbench.kit.networks import ConvNetSpec
 
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity}
 
@@ -25,14 +28,52 @@ def mlp(layer_sizes: Sequence[int], *, hidden_activation: str = "relu", output_a
     return nn.Sequential(*layers).to(device)
 
 
+class ScaledFloat(nn.Module):
+    """The first layer of a network on uint8 frames: the cast to float32 and the scale (1/255 for
+    pixels), on the network's device, so frames stay uint8 through memories, wire and batches."""
+
+    def __init__(self, input_shape: Sequence[int], scale: float) -> None:
+        super().__init__()
+        self.input_shape = tuple(input_shape)
+        self.scale = float(scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(-1, *self.input_shape).to(torch.float32)  # (batch, H, W) boards gain their channel
+        return x * self.scale if self.scale != 1.0 else x
+
+    def extra_repr(self) -> str:
+        return f"input_shape={self.input_shape}, scale={self.scale:.6g}"
+
+
+def conv_net(network: ConvNetSpec, device: torch.device | None = None) -> nn.Sequential:
+    """The torch module of a ConvNetSpec: cast and scale, convolutions with ReLU, flatten, ReLU hidden
+    layers, linear output; torch's default initialisation (as CleanRL's dqn_atari.py)."""
+    layers: list[nn.Module] = [ScaledFloat(network.input_shape, network.scale)]
+    channels = network.input_shape[0]
+    for out, kernel, stride in network.convs:
+        layers += [nn.Conv2d(channels, out, kernel, stride=stride), nn.ReLU()]
+        channels = out
+    layers.append(nn.Flatten())
+    layers += list(mlp([network.flat_features, *network.hidden, network.n_outputs]))
+    return nn.Sequential(*layers).to(device)
+
+
+def build_network(network: Sequence[int] | ConvNetSpec, device: torch.device | None = None) -> nn.Sequential:
+    """A network from its description: conv_net for a ConvNetSpec, mlp (ReLU hidden) for layer sizes."""
+    return conv_net(network, device) if isinstance(network, ConvNetSpec) else mlp(network, device=device)
+
+
 def export_weights(network: nn.Module) -> list[np.ndarray]:
-    """[W0, b0, W1, b1, ...] as float32 numpy copies with W of shape (in, out): torch stores (out, in).
-    One copy each, straight into a fresh contiguous tensor (copy_ transposes and moves devices)."""
+    """[W0, b0, W1, b1, ...] as float32 numpy copies, layer by layer: a Linear's W of shape (in, out)
+    (torch stores (out, in)), a Conv2d's as torch keeps it (out, in, kh, kw) — ConvNetSpec.weight_shapes()'s
+    order for a conv_net. One copy each, straight into a fresh contiguous tensor (copy_ transposes and
+    moves devices)."""
     arrays: list[np.ndarray] = []
     with torch.no_grad():
         for layer in network.modules():
-            if isinstance(layer, nn.Linear):
-                for source in (layer.weight.t(), layer.bias):
+            if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                weight = layer.weight.t() if isinstance(layer, nn.Linear) else layer.weight
+                for source in (weight, layer.bias):
                     arrays.append(torch.empty(source.shape, dtype=torch.float32).copy_(source).numpy())
     return arrays
 
@@ -58,9 +99,10 @@ def capturable_adam(parameters: Iterable[nn.Parameter], lr: float) -> torch.opti
 
 
 def as_tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A sampled numpy batch on the learner's device (no copy on the CPU when the dtype matches and
-    the array is writable: torch cannot share a read-only buffer, such as a view of an OpenCL
-    memory's mapped batch, without warning in every process that a write would be undefined)."""
+    """A sampled numpy batch on the learner's device, as `dtype` (uint8 for frames: a CNN casts them
+    there, so they cross to an accelerator at a quarter of float32's bytes). No copy on the CPU when
+    the dtype matches and the array is writable: torch cannot share a read-only buffer, such as a view
+    of an OpenCL memory's mapped batch, without warning in every process that a write would be undefined."""
     if isinstance(array, np.ndarray) and not array.flags.writeable:  # a device memory's batch is a tensor already
         array = array.copy()
     return torch.as_tensor(array, dtype=dtype, device=device)

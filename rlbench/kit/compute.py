@@ -3,7 +3,8 @@
 - `check_activation(name)`: one of ACTIVATIONS, or a did-you-mean error.
 - `check_mlp_weights(layer_sizes, weights)`: [W0, b0, W1, b1, ...] with W of shape (in, out).
 
-Tabular engines find theirs in `rlbench.kit.tabular`.
+Convolutional engines (`cnn_inference`) find theirs in `rlbench.kit.networks` (check_cnn_weights,
+check_observation_batch), tabular engines in `rlbench.kit.tabular`.
 """
 
 from __future__ import annotations

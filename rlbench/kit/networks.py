@@ -14,6 +14,8 @@ backend, the wire's size check and the planner agree on one network and one weig
 - `image_network(observation_shape, observation_dtype, n_outputs)`: which of the two an image
   observation gets (minatar for boards at most SMALL_BOARD wide, nature otherwise).
 - `check_cnn_weights(network, weights)`: refuse weights that do not fit it.
+- `check_observation_batch(network, shape)`: refuse a batch of observations that is not (batch, C, H, W),
+  or (batch, H, W) for a one-channel input (an image_network of a 2-dimensional observation).
 """
 
 from __future__ import annotations
@@ -125,3 +127,13 @@ def check_cnn_weights(network: ConvNetSpec, weights: Sequence[Any]) -> None:
         got = tuple(np.shape(array))
         if got != want:
             raise RlbenchError(f"{network.name}: weight {i} should have shape {want}, got {got}")
+
+
+def check_observation_batch(network: ConvNetSpec, shape: Sequence[int]) -> None:
+    """Refuse a batch of observations of this shape that `network` cannot take: (batch, C, H, W), or
+    (batch, H, W) where C is 1 (reshape it to (batch, *network.input_shape) to convolve)."""
+    shape = tuple(shape)
+    one_channel = network.input_shape[0] == 1 and shape[1:] == network.input_shape[1:]
+    if len(shape) < 2 or not (shape[1:] == network.input_shape or one_channel):
+        expected = ", ".join(map(str, network.input_shape))
+        raise RlbenchError(f"{network.name}: observations must have shape (batch, {expected}), got {shape}")

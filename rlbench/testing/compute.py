@@ -6,6 +6,11 @@ For each role the capabilities name it checks the real operation, not its signat
   its input, refusal of weights of the wrong shape (leaving the loaded ones in place);
 - learner roles: a torch MLP on `torch_device()` takes an optimiser step that lowers its loss, and
   its exported weights run in the backend's own inference engine give the torch outputs;
+- backends whose capabilities list "cnn" in `networks`: `cnn_inference` against a float64 torch forward
+  of the same weights (Nature's network on small frames, MinAtar's, one with strides its kernels are not
+  multiples of), on uint8 observations of batch sizes 1..32, with the same bookkeeping and refusals as
+  the MLP engine; with a learner role, a CNN on `torch_device()` given uint8 frames there, exported,
+  gives the same Q-values in the backend's engine;
 - tabular roles: `rlbench.testing.tabular.check_tabular_engine` on `backend.tabular`.
 """
 
@@ -18,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rlbench.errors import RlbenchError
+from rlbench.kit.networks import ConvNetSpec, minatar_cnn, nature_cnn
 from rlbench.protocols import ComputeCapabilities
 
 # (layer sizes, hidden activation, output activation): square layers catch transposed weights,
@@ -31,6 +37,14 @@ MLP_CASES: tuple[tuple[tuple[int, ...], str, str], ...] = (
     ((6, 48, 3), "identity", "tanh"),
 )
 BATCH_SIZES = (1, 2, 7, 64, 256, 512)
+# Small frames keep the check fast: Nature's layers on 44x44 (both space-to-depth-able strides), MinAtar's
+# on 10x10 boards, and strides that do not divide their kernels or the frame on a non-square one.
+CNN_CASES: tuple[ConvNetSpec, ...] = (
+    nature_cnn((4, 44, 44), 6),
+    minatar_cnn((7, 10, 10), 5),
+    ConvNetSpec((3, 30, 31), ((8, 6, 3), (4, 3, 2)), (16, 9), 3, name="odd-strides"),
+)
+CNN_BATCH_SIZES = (1, 2, 7, 32)
 
 
 @dataclass
@@ -109,6 +123,12 @@ def check_compute_backend(backend_or_factory: Any, *, capabilities: ComputeCapab
     if "learner" in roles:
         check_learner_device(backend, rng, rtol=rtol, atol=atol)
         report.checked.append("learner: torch device")
+    if "cnn" in caps.networks and roles & {"actor", "learner"}:
+        check_cnn_inference(backend, rng, rtol=rtol, atol=atol)
+        report.checked.append("cnn: inference engine")
+        if "learner" in roles:
+            check_cnn_learner_device(backend, rng, rtol=rtol, atol=atol)
+            report.checked.append("cnn: learner's network on the torch device")
     if "tabular" in roles:
         try:
             from rlbench.testing.tabular import check_tabular_engine
@@ -222,3 +242,111 @@ def check_learner_device(backend: Any, rng: np.random.Generator, *, rtol: float,
         expected = network(x).double().cpu().numpy()
     _assert_close(engine(x.cpu().numpy()), expected, max(rtol, 1e-4), max(atol, 1e-4),
                   f"learner on {device}: exported weights in the backend's inference engine")
+
+
+def random_cnn_weights(network: ConvNetSpec, rng: np.random.Generator) -> list[np.ndarray]:
+    """Weights in network.weight_shapes() order that keep activations O(1) on its scaled input, with
+    biases big enough that dropping them shows."""
+    weights = []
+    for shape in network.weight_shapes():
+        if len(shape) == 1:
+            weights.append((rng.standard_normal(shape) * 0.5).astype(np.float32))
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) == 4 else shape[0]
+            weights.append((rng.standard_normal(shape) * (1.5 / np.sqrt(fan_in))).astype(np.float32))
+    return weights
+
+
+def random_frames(network: ConvNetSpec, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """uint8 observations for it: pixels 0..255 where it scales them, 0/1 boards (MinAtar's) where not."""
+    high = 256 if network.scale != 1.0 else 2
+    return rng.integers(0, high, size=(batch, *network.input_shape), dtype=np.uint8)
+
+
+def reference_cnn(network: ConvNetSpec, weights: Sequence[np.ndarray], x: np.ndarray) -> np.ndarray:
+    """The float64 torch forward the engines are held to: cast, scale, conv+ReLU..., flatten (C, H, W),
+    dense+ReLU..., linear output; dense W given as (in, out)."""
+    import torch
+    from torch.nn import functional as F
+
+    def tensor(array: Any) -> Any:
+        return torch.as_tensor(np.asarray(array, dtype=np.float64))
+
+    with torch.no_grad():
+        h = tensor(x) * network.scale
+        n_convs = len(network.convs)
+        for i, (_, _, stride) in enumerate(network.convs):
+            h = torch.relu(F.conv2d(h, tensor(weights[2 * i]), tensor(weights[2 * i + 1]), stride=stride))
+        h = h.flatten(1)
+        dense = range(2 * n_convs, len(weights), 2)
+        for j, i in enumerate(dense):
+            h = h @ tensor(weights[i]) + tensor(weights[i + 1])
+            if j < len(dense) - 1:
+                h = torch.relu(h)
+        return h.numpy()
+
+
+def check_cnn_inference(backend: Any, rng: np.random.Generator, *, rtol: float, atol: float) -> None:
+    assert hasattr(backend, "cnn_inference"), "the capabilities list \"cnn\" in networks, but there is no cnn_inference"
+    for network in CNN_CASES:
+        what = f"{network.name} on {network.input_shape}"
+        try:
+            _check_cnn_case(backend, rng, network, what, rtol=rtol, atol=atol)
+        except AssertionError:
+            raise
+        except Exception as exc:  # an engine that crashes on valid input fails the check, with why
+            raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _check_cnn_case(backend: Any, rng: np.random.Generator, network: ConvNetSpec, what: str, *,
+                    rtol: float, atol: float) -> None:
+    engine = backend.cnn_inference(network)
+    weights = random_cnn_weights(network, rng)
+    engine.load(weights, 7)
+    assert engine.version == 7, f"{what}: version is {engine.version} after load(..., 7)"
+    for batch in CNN_BATCH_SIZES:
+        x = random_frames(network, batch, rng)
+        _assert_close(engine(x), reference_cnn(network, weights, x), rtol, atol, f"{what}, uint8 batch {batch}")
+
+    x = random_frames(network, 9, rng)
+    expected = reference_cnn(network, weights, x)
+    for w in weights:  # the publisher keeps training its arrays in place
+        w *= -3.0
+    _assert_close(engine(x), expected, rtol, atol, f"{what}: after the caller changed its arrays (load must copy)")
+
+    newer = random_cnn_weights(network, rng)
+    engine.load(newer, 8)
+    assert engine.version == 8, f"{what}: version is {engine.version} after load(..., 8)"
+    expected = reference_cnn(network, newer, x)
+    _assert_close(engine(x), expected, rtol, atol, f"{what}: after loading new weights (stale weights?)")
+
+    first_dense = 2 * len(network.convs)
+    wrong_loads = {
+        "one array missing": newer[:-1],
+        "a conv kernel as (in, out, kh, kw)": [newer[0].transpose(1, 0, 2, 3).copy(), *newer[1:]],
+        "the first dense W as (out, in)": [*newer[:first_dense], newer[first_dense].T.copy(), *newer[first_dense + 1:]],
+    }
+    for problem, bad in wrong_loads.items():
+        _refuses(lambda bad=bad: engine.load(bad, 9), f"{what}: weights with {problem}")
+        assert engine.version == 8, f"{what}: a refused load ({problem}) changed the version to {engine.version}"
+        _assert_close(engine(x), expected, rtol, atol, f"{what}: after a refused load ({problem})")
+
+
+def check_cnn_learner_device(backend: Any, rng: np.random.Generator, *, rtol: float, atol: float) -> None:
+    """A learner's CNN on torch_device() takes uint8 frames there, and its exported weights mean the same
+    in the backend's engine."""
+    import torch
+
+    from rlbench.algorithms.networks import conv_net, export_weights
+
+    device = backend.torch_device()
+    torch.manual_seed(int(rng.integers(1 << 31)))
+    network = CNN_CASES[0]
+    learner_network = conv_net(network, device)
+    x = random_frames(network, 8, rng)
+    with torch.no_grad():
+        expected = learner_network(torch.as_tensor(x, device=device)).double().cpu().numpy()
+    engine = backend.cnn_inference(network)
+    engine.load(export_weights(learner_network), 1)
+    _assert_close(engine(x), expected, max(rtol, 1e-4), max(atol, 1e-4),
+                  f"learner on {device}: a CNN's exported weights in the backend's inference engine")

@@ -10,6 +10,7 @@ COMPUTE_CAPABILITIES = ComputeCapabilities(
     roles=frozenset({"dqn:actor", "ddpg:actor", "dqn:learner", "ddpg:learner", "qlearning:tabular", "sarsa:tabular"}),
     device="opencl",
     does_not=f"no OpenCL training kernels: the dqn/ddpg {LEARNER_NOTE} (torch.device('cpu')); the OpenCL "
-             "kernels run actor MLP inference and tabular Q-learning/SARSA updates",
-)
+             "kernels run actor MLP inference and tabular Q-learning/SARSA updates, and no convolution: "
+             "no CNN for image observations",
+)  # networks: the default, MLPs only
 REPLAY_CAPABILITIES = ReplayCapabilities(prioritized=True, device="opencl")

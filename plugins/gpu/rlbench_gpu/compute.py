@@ -1,10 +1,13 @@
 """Compute `gpu`: the DQN/DDPG learner on a CUDA device, and actor inference as batched torch matmuls there.
 
 The learner needs nothing from us but `torch_device()`: the core's learners put their networks on
-it. `capture(function, generators)` hands rlbench's one-device loop a launch of many steps at once
-(a CUDA graph; see capture.py). Actor inference (`TorchMLP`) takes numpy observations (copied in, the result copied out, as the
-core's actors expect) or torch tensors (kept on the device, returned as device tensors, so an actor
-stepping a GPU environment never leaves the device).
+it (an image run's CNN too: it takes the uint8 frames and casts them there). `capture(function,
+generators)` hands rlbench's one-device loop a launch of many steps at once (a CUDA graph; see
+capture.py). Actor inference (`TorchMLP`, and `TorchConvNet` for rlbench.kit.networks.ConvNetSpec)
+takes numpy observations (copied in, the result copied out, as the core's actors expect) or torch
+tensors (kept on the device, returned as device tensors, so an actor stepping a GPU environment
+never leaves the device). Frames cross to the device as uint8, a quarter of float32's bytes, and are
+cast and scaled there.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 from rlbench.errors import RlbenchError
 from rlbench.kit.compute import check_activation, check_mlp_weights
+from rlbench.kit.networks import ConvNetSpec, check_cnn_weights, check_observation_batch
 from rlbench_gpu.capabilities import COMPUTE_CAPABILITIES, on_device
 from rlbench_gpu.device import device_fingerprint, resolve_device
 
@@ -64,6 +69,55 @@ class TorchMLP:
         return x if is_tensor else x.cpu().numpy()
 
 
+class TorchConvNet:
+    """InferenceEngine: a ConvNetSpec's forward on a torch device (conv2d + ReLU, flatten in (C, H, W)
+    order, dense layers with W of shape (in, out)). `load` copies the weights to the device."""
+
+    accepts_tensors = True
+
+    def __init__(self, network: ConvNetSpec, *, device: torch.device) -> None:
+        if not isinstance(network, ConvNetSpec):
+            raise RlbenchError(f"cnn_inference takes a rlbench.kit.networks.ConvNetSpec, got {type(network).__name__}")
+        self.network = network
+        self.device = device
+        self._convs: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        self._dense: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._version = -1
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def load(self, weights: Sequence[Any], version: int) -> None:
+        check_cnn_weights(self.network, weights)
+        tensors = [_on_device(w, self.device) for w in weights]
+        n_convs = len(self.network.convs)
+        self._convs = [(tensors[2 * i], tensors[2 * i + 1], stride)
+                       for i, (_, _, stride) in enumerate(self.network.convs)]
+        self._dense = [(tensors[i], tensors[i + 1]) for i in range(2 * n_convs, len(tensors), 2)]
+        self._version = int(version)
+
+    @torch.no_grad()
+    def __call__(self, observations: Any) -> Any:
+        if not self._convs:
+            raise RlbenchError("the inference engine has no weights yet: call load() first")
+        is_tensor = isinstance(observations, torch.Tensor)
+        x = observations if is_tensor else torch.from_numpy(np.ascontiguousarray(observations))
+        check_observation_batch(self.network, tuple(x.shape))
+        x = x.to(self.device, non_blocking=True).reshape(-1, *self.network.input_shape).to(torch.float32)
+        if self.network.scale != 1.0:
+            x = x * self.network.scale
+        for w, b, stride in self._convs:
+            x = torch.relu(F.conv2d(x, w, b, stride=stride))
+        x = x.flatten(1)
+        last = len(self._dense) - 1
+        for i, (w, b) in enumerate(self._dense):
+            x = torch.addmm(b, x, w)
+            if i != last:
+                x = torch.relu(x)
+        return x if is_tensor else x.cpu().numpy()
+
+
 def _on_device(array: Any, device: torch.device) -> torch.Tensor:
     """A float32 copy on the device (never a view of the caller's array, which it may train in place)."""
     if isinstance(array, torch.Tensor):
@@ -99,6 +153,9 @@ class GpuCompute:
                       output_activation: str = "identity") -> TorchMLP:
         return TorchMLP(layer_sizes, device=self.device, hidden_activation=hidden_activation,
                         output_activation=output_activation)
+
+    def cnn_inference(self, network: ConvNetSpec) -> TorchConvNet:
+        return TorchConvNet(network, device=self.device)
 
     def capture(self, function: Any, generators: Sequence[Any] = ()) -> Any:
         """launch() that runs function() as one captured unit (CUDA graph, or torch.compile then a graph;

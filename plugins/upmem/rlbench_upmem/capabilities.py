@@ -13,8 +13,9 @@ from rlbench.protocols import ComputeCapabilities
 CAPABILITIES = ComputeCapabilities(
     roles=frozenset({"qlearning:tabular", "sarsa:tabular"}),
     device="upmem-emulator",
-    does_not="cannot run deep algorithms (dqn, ddpg): UPMEM DPUs have no FPU and no torch device; "
-             "tabular Q-learning and SARSA only",
+    does_not="cannot run deep algorithms (dqn, ddpg): UPMEM DPUs have no FPU and no torch device, so no MLP "
+             "and no convolution; tabular Q-learning and SARSA only",
+    networks=frozenset(),  # no network at all: tables
 )
 
 TABULAR_ONLY = "upmem runs tabular algorithms only: " + CAPABILITIES.does_not

@@ -10,7 +10,12 @@ import importlib.util
 import pytest
 from click.testing import CliRunner
 
-from rlbench import get_registry
+from rlbench import get_registry, plugins
+from rlbench.config import RunConfig
+from rlbench.errors import InvalidCombinationError
+from rlbench.hookspecs import hookimpl
+from rlbench.protocols import EnvironmentCapabilities
+from rlbench.validate import validate
 from rlbench_upmem.cost_model import predict
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
@@ -149,3 +154,24 @@ def test_bench_command_without_numba_says_how_to_install_it():
     assert len(lines) == 1 and re.fullmatch(r"  numba single-table loop: numba is not installed: "
                                             r"pip install 'numba==\d+\.\d+\.\d+'", lines[0]), lines
     assert "emulator vs numpy lock-step tables: max |diff| = 0" in out.stdout
+
+
+class ImageEnvironment:
+    """A plugin registering an environment of uint8 frames (never built: validation refuses first)."""
+
+    @hookimpl
+    def rlbench_register_environments(self, register):
+        register("frames/Frames-v0", "rlbench_test_frames:make", capabilities=EnvironmentCapabilities(
+            action_space="discrete", observation_space="image", family="minatar"))
+
+
+@pytest.mark.parametrize("env", ["frames/Frames-v0", "ALE/Breakout-v5"])
+def test_an_image_run_is_refused_before_it_starts_with_the_reason(env):
+    registry, _ = plugins.build([("frames", ImageEnvironment())])
+    if env not in registry.names("environment"):
+        pytest.skip(f"{env} is not registered here (ale-py's environments are the core's)")
+    with pytest.raises(InvalidCombinationError) as refused:
+        validate(RunConfig(algo="dqn", env=env, compute="upmem"), registry)
+    message = str(refused.value)
+    assert f"{env} has image observations" in message and "compute backend upmem runs no network" in message
+    assert "no convolution" in message and "compute backends that run a CNN: cpu" in message
