@@ -18,6 +18,7 @@ extensions = [
     Extension("rlbench._sumtree", ["rlbench/_native/sumtree.c"], depends=["rlbench/_native/sumtree.h"],
               extra_compile_args=COMPILE_ARGS),
     Extension("rlbench._tabular", ["rlbench/_native/tabular.c"], extra_compile_args=COMPILE_ARGS),
+    Extension("rlbench._frames", ["rlbench/_native/frames.c"], extra_compile_args=COMPILE_ARGS),
 ]
 try:
     import numpy

@@ -29,9 +29,9 @@ def cartpole(n: int, start: int = 0) -> dict[str, np.ndarray]:
 
 # -- conformance of the built-ins and the benchmark's baseline ------------------------------------------------
 @pytest.mark.parametrize("factory", [
-    lambda capacity: UniformReplay(capacity, seed=0),
-    lambda capacity: PrioritizedReplay(capacity, alpha=0.6, seed=0),
-    lambda capacity: PrioritizedReplay(capacity, alpha=1.0, seed=None),
+    lambda capacity, **options: UniformReplay(capacity, seed=0, **options),
+    lambda capacity, **options: PrioritizedReplay(capacity, alpha=0.6, seed=0, **options),
+    lambda capacity, **options: PrioritizedReplay(capacity, alpha=1.0, seed=None, **options),
     lambda capacity: numpy_sumtree_replay_class()(capacity, alpha=0.7, seed=3),
 ], ids=["uniform", "prioritized", "prioritized-alpha1-unseeded", "numpy-sumtree-baseline"])
 def test_conformance(factory):
@@ -46,8 +46,8 @@ def test_conformance_through_the_registry():
     for name, prioritized in (("uniform", False), ("prioritized", True)):
         component = registry.get("replay", name)
         assert component.probe().available, component.probe().reason
-        check_replay_memory(lambda capacity: component.create(capacity=capacity, alpha=0.6, seed=1),
-                            prioritized=prioritized)
+        check_replay_memory(lambda capacity, **options: component.create(capacity=capacity, alpha=0.6, seed=1,
+                                                                         **options), prioritized=prioritized)
 
 
 def test_check_refuses_a_wrong_claim():

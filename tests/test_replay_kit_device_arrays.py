@@ -73,8 +73,8 @@ class SamplesOnTheDevice:
 @pytest.mark.parametrize("name", ["prioritized", "uniform"])
 def test_the_kit_checks_a_memory_whose_samples_live_on_a_device(name):
     component = get_registry().get("replay", name)
-    report = check_replay_memory(lambda capacity: SamplesOnTheDevice(component.create(capacity=capacity, alpha=0.6,
-                                                                                      seed=0)))
+    report = check_replay_memory(lambda capacity, **options: SamplesOnTheDevice(
+        component.create(capacity=capacity, alpha=0.6, seed=0, **options)))
     assert report["prioritized"] == (name == "prioritized") and min(report["p_values"]) >= 1e-6
 
 

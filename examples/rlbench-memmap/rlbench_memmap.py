@@ -1,5 +1,9 @@
 """A complete, minimal rlbench plugin: a FIFO, uniformly sampled replay memory whose storage is
-memory-mapped files, so a buffer can be larger than RAM (the page cache keeps the hot part)."""
+memory-mapped files, so a buffer can be larger than RAM (the page cache keeps the hot part).
+
+Every field is stored as given, image observations included (a stack of 4 Atari frames is 28 KB on
+disk for obs and again for next_obs). It does not store frames once (capabilities.frames is False):
+asked to (`frames=k`), it refuses at once and names the memories that do."""
 
 from __future__ import annotations
 
@@ -24,7 +28,10 @@ class MemmapReplay:
     capabilities = CAPABILITIES
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, directory: str | None = None,
-                 **_options):
+                 frames: int = 0, **_options):
+        if frames:
+            raise MemmapReplayError(f"replay memmap stores obs and next_obs whole on disk, not frames once "
+                                    f"(frames={frames}): use --replay prioritized or uniform")
         if capacity < 1:
             raise MemmapReplayError("capacity must be >= 1")
         self.capacity = int(capacity)

@@ -4,8 +4,13 @@ figure is printed beside the same baseline, measured the same way.
 - `pin_one_thread()`: torch and numpy's OpenBLAS on one thread (compare single-thread peers fairly).
 - `interleaved_medians(subjects, rounds, seconds)`: subjects take turns; medians over rounds.
 - `cartpole_batch(rng, n)`: n CartPole-sized transitions.
+- `AtariStream(seed)`: one env's stream of Atari-sized transitions (4 stacked 84x84 uint8 frames,
+  episodes that start with a reset stack), as DQN's replay receives it.
 - Peers: `CpprbPrioritized` (cpprb's C++ prioritized buffer), `numpy_sumtree_replay_class()` (the
-  textbook numpy sum tree), `torch_forward(weights, ...)` (the same MLP as a torch nn.Sequential).
+  textbook numpy sum tree), `torch_forward(weights, ...)` (the same MLP as a torch nn.Sequential);
+  for frames, `CpprbFrames` (cpprb's buffer with next_of and stack_compress) and `Sb3Frames` (SB3's
+  ReplayBuffer with optimize_memory_usage, as CleanRL's dqn_atari uses it).
+- `resident_bytes()`: this process's resident memory (VmRSS).
 - `parse_sizes`: click callback for comma-separated byte counts.
 
 Only the standard library and click are imported here; each helper imports what it needs.
@@ -243,3 +248,175 @@ def numpy_sumtree_replay_class() -> type:
             return Sample(indices, self._gather(indices), weights)
 
     return NumpySumTreeReplay
+
+
+# -- frames: the Atari workload ----------------------------------------------------------------------------
+ATARI_FRAME = (84, 84)
+ATARI_STACK = 4
+ATARI_ACTIONS = 18
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (VmRSS of /proc/self/status), in bytes; 0 where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def available_bytes() -> int | None:
+    """What the kernel says can still be made resident (MemAvailable), in bytes; None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+class AtariStream:
+    """One env's transitions as DQN's replay receives them from Atari's standard wrappers (CleanRL's
+    dqn_atari: one env, 4 frames of 84x84 uint8 stacked on axis 0): each step brings one new frame;
+    an episode (geometric length, mean `mean_episode` steps) starts with a reset stack (its first
+    frame four times), and its last transition is done with the terminal stack as next_obs. Every
+    frame is distinct (its step number is written into its first 8 bytes of a random frame), so a
+    memory can share only what a real stream lets it share. `take(n)` -> the next n transitions."""
+
+    def __init__(self, seed: int = 0, mean_episode: int = 400, bank: int = 64) -> None:
+        import numpy as np
+
+        self._rng = np.random.default_rng(seed)
+        self._bank = self._rng.integers(0, 256, (bank, *ATARI_FRAME), dtype=np.uint8)
+        self._mean_episode = mean_episode
+        self._next_frame = 0  # the frame number the current episode's next frame gets
+        self._episode_first = 0  # the current episode's reset frame
+        self._position = 0  # steps taken in the current episode
+        self._length = self._episode_length()
+
+    def _episode_length(self) -> int:
+        return int(max(10, self._rng.geometric(1.0 / self._mean_episode)))
+
+    def take(self, n: int) -> dict[str, Any]:
+        import numpy as np
+
+        stack = np.arange(ATARI_STACK)
+        obs_ids = np.empty((n, ATARI_STACK), dtype=np.int64)
+        next_ids = np.empty((n, ATARI_STACK), dtype=np.int64)
+        done = np.zeros(n, dtype=np.float32)
+        for row in range(n):  # frame numbers per row (cheap); the frames themselves are built at once below
+            if self._position == 0:
+                self._episode_first = self._next_frame
+                self._next_frame += 1
+            first, position = self._episode_first, self._position
+            obs_ids[row] = first + np.maximum(position + stack - (ATARI_STACK - 1), 0)
+            next_ids[row] = first + np.maximum(position + 1 + stack - (ATARI_STACK - 1), 0)
+            self._next_frame += 1
+            self._position += 1
+            if self._position == self._length:
+                done[row] = 1.0
+                self._position, self._length = 0, self._episode_length()
+        return {"obs": self._frames(obs_ids), "action": self._rng.integers(0, ATARI_ACTIONS, n, dtype=np.int64),
+                "reward": self._rng.choice(np.array([0.0, 1.0], dtype=np.float32), n, p=[0.9, 0.1]),
+                "next_obs": self._frames(next_ids), "done": done}
+
+    def _frames(self, numbers: Any) -> Any:
+        import numpy as np
+
+        frames = self._bank[numbers % len(self._bank)]  # a copy: (n, 4, 84, 84)
+        frames.reshape(-1, frames[0, 0].size)[:, :8] = numbers.reshape(-1, 1).astype("<i8").view(np.uint8)
+        return frames
+
+
+class CpprbFrames:
+    """cpprb's PrioritizedReplayBuffer for stacked frames as its documentation shows it: next_of="obs"
+    (next_obs not stored) and stack_compress="obs" (a stack's frames shared with its neighbours';
+    cpprb stacks on the LAST axis, so observations are (84, 84, 4)), `on_episode_end()` after each
+    episode's last step (which cpprb needs to keep the stacks around episode ends). `prepare(batch)`
+    turns a batch of this package's (n, 4, 84, 84) transitions into its own layout (untimed);
+    `add_prepared` adds it."""
+
+    def __init__(self, capacity: int, *, alpha: float, prioritized: bool = True) -> None:
+        import numpy as np
+        from cpprb import PrioritizedReplayBuffer, ReplayBuffer
+
+        fields = {"obs": {"shape": (*ATARI_FRAME, ATARI_STACK), "dtype": np.ubyte}, "act": {"shape": 1, "dtype": np.int64},
+                  "rew": {"dtype": np.float32}, "done": {"dtype": np.float32}}
+        options = {"next_of": "obs", "stack_compress": "obs"}
+        self._buffer = (PrioritizedReplayBuffer(capacity, fields, alpha=alpha, **options) if prioritized
+                        else ReplayBuffer(capacity, fields, **options))
+        self._prioritized = prioritized
+
+    def __len__(self) -> int:
+        return self._buffer.get_stored_size()
+
+    @staticmethod
+    def prepare(batch: dict[str, Any]) -> list[tuple[dict[str, Any], bool]]:
+        """Segments that end at an episode's end (cpprb adds a segment in one call, then on_episode_end)."""
+        import numpy as np
+
+        channels_last = {name: np.ascontiguousarray(np.moveaxis(batch[name], 1, -1)) for name in ("obs", "next_obs")}
+        ends = np.flatnonzero(batch["done"]) + 1
+        segments, start = [], 0
+        for end in [*ends.tolist(), len(batch["done"])]:
+            if end > start:
+                segments.append(({"obs": channels_last["obs"][start:end], "act": batch["action"][start:end],
+                                  "rew": batch["reward"][start:end], "next_obs": channels_last["next_obs"][start:end],
+                                  "done": batch["done"][start:end]}, bool(batch["done"][end - 1])))
+            start = end
+        return segments
+
+    def add_prepared(self, segments: list[tuple[dict[str, Any], bool]]) -> None:
+        for fields, episode_ends in segments:
+            self._buffer.add(**fields)
+            if episode_ends:
+                self._buffer.on_episode_end()
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> Any:
+        from rlbench.protocols import Sample
+
+        batch = self._buffer.sample(batch_size, beta) if self._prioritized else self._buffer.sample(batch_size)
+        indices, weights = batch.pop("indexes", None), batch.pop("weights", None)
+        return Sample(indices, batch, weights)
+
+
+class Sb3Frames:
+    """stable-baselines3's ReplayBuffer as CleanRL's dqn_atari builds it (optimize_memory_usage=True:
+    next_obs is read from the next slot's obs; handle_timeout_termination=False; device "cpu"; one
+    env) and calls it (`add(obs, next_obs, action, reward, done, infos)` once per step, `sample(32)`
+    returning torch tensors). It keeps whole stacks (28 KB per transition): 1 M transitions need 28 GB.
+    Its next_obs at an episode's last step is the next episode's first obs (masked by done in DQN's
+    target). `prepare(batch)` gives its per-step arguments (untimed)."""
+
+    def __init__(self, capacity: int) -> None:
+        import numpy as np
+        from gymnasium import spaces
+        from stable_baselines3.common.buffers import ReplayBuffer
+
+        observation = spaces.Box(0, 255, (ATARI_STACK, *ATARI_FRAME), np.uint8)
+        self._buffer = ReplayBuffer(capacity, observation, spaces.Discrete(ATARI_ACTIONS), device="cpu",
+                                    optimize_memory_usage=True, handle_timeout_termination=False)
+
+    def __len__(self) -> int:
+        return self._buffer.size()
+
+    @staticmethod
+    def prepare(batch: dict[str, Any]) -> list[tuple]:
+        return [(batch["obs"][i:i + 1], batch["next_obs"][i:i + 1], batch["action"][i:i + 1], batch["reward"][i:i + 1],
+                 batch["done"][i:i + 1].astype(bool), [{}]) for i in range(len(batch["done"]))]
+
+    def add_prepared(self, steps: list[tuple]) -> None:
+        for step in steps:
+            self._buffer.add(*step)
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> Any:
+        from rlbench.protocols import Sample
+
+        data = self._buffer.sample(batch_size)
+        return Sample(None, {"obs": data.observations, "action": data.actions, "reward": data.rewards,
+                             "next_obs": data.next_observations, "done": data.dones}, None)

@@ -12,6 +12,15 @@ million runs; give the factory a seed to make it reproducible), after `add` and 
 batches tell apart from a per-batch normalisation. A uniform memory must sample uniformly, also
 after priority updates, and return weights of one.
 
+A memory whose capabilities declare `frames` is built again as `factory(capacity, frames=k)` (so its
+factory must pass options on) and fed image observations of small frames: several envs' streams
+interleaved in batches of one step, of all envs and of one env's chunk of steps, episodes that end
+anywhere and start with reset stacks of one frame repeated, the same reset frame in several envs, an
+env whose next_obs is not its obs shifted by one, frames repeated within a stack, a batch longer than
+the memory, many wraps of the ring. Every sampled obs and next_obs must be byte-identical to what was
+added at its index (k = 4 and k = 1), a stack of the wrong depth is refused leaving the memory as it
+was, and a checkpoint (when declared, with `state_dict`) restores the same samples.
+
 A memory may hand out arrays that live on a device (torch tensors on a GPU, which numpy cannot
 read): the kit compares every index, row and weight through a host copy it makes itself
 (`rlbench.arrays.to_host`), so a memory is never asked to leave its device for the kit's sake.
@@ -34,9 +43,10 @@ DRAW_BATCH = 1000
 STAT_ITEMS = 20
 
 
-def check_replay_memory(factory: Callable[[int], Any], *, prioritized: bool | None = None,
+def check_replay_memory(factory: Callable[..., Any], *, prioritized: bool | None = None,
                         alpha: float | None = None) -> dict[str, Any]:
-    """Check the memories `factory(capacity)` builds; returns what was measured (p-values).
+    """Check the memories `factory(capacity)` builds; returns what was measured (p-values, and the
+    frame checks made when the memory declares frames: then `factory(capacity, frames=k)` is called too).
 
     prioritized: what the memory must be (default: what its capabilities declare).
     alpha: its priority exponent (default: its `alpha` attribute; needed when prioritized).
@@ -61,6 +71,8 @@ def check_replay_memory(factory: Callable[[int], Any], *, prioritized: bool | No
         report["p_values"] = _check_prioritized_law(factory, fields, float(alpha))
     else:
         report["p_values"] = _check_uniform_law(factory, fields)
+    if capabilities.frames:
+        report["frames"] = _check_frames(factory, capabilities)
     return report
 
 
@@ -357,3 +369,127 @@ def _check_uniform_law(factory: Callable[[int], Any], fields: dict[str, Any]) ->
     memory.update_priorities(np.array(sorted(slot_item)), _skewed_priorities(seed=2))
     p_values.append(_check_law(memory, fields, slot_item, 1.0, uniform, ones, "uniform sampling after update_priorities"))
     return p_values
+
+
+# -- frames (capabilities.frames) --------------------------------------------------------------------
+FRAME_CAPACITY = 16
+FRAME_STEPS = 120  # steps of each env: the ring of 16 wraps many times
+FRAME_ENVS = 3  # env 2's next_obs is not its obs shifted by one
+
+
+def _frame_memory(factory: Callable[..., Any], capacity: int, k: int) -> Any:
+    try:
+        return factory(capacity, frames=k)
+    except TypeError as error:
+        if "frames" not in str(error):
+            raise
+        raise AssertionError(f"capabilities declare frames=True, but factory(capacity, frames={k}) is refused "
+                             f"({error}): pass a factory that forwards options, e.g. "
+                             "lambda capacity, **options: Memory(capacity, seed=0, **options)") from None
+
+
+def _frame_batches(k: int, frame_shape: tuple[int, ...], seed: int) -> list[dict[str, np.ndarray]]:
+    """Batches of interleaved env streams whose every value is checkable (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    resets = rng.integers(0, 256, (2, *frame_shape), dtype=np.uint8)  # few: envs reset to the same frames
+
+    def new_frame() -> np.ndarray:
+        if rng.random() < 0.15:  # a frame seen before in this stack (a still screen, a flicker)
+            return rng.integers(0, 2, frame_shape, dtype=np.uint8)
+        return rng.integers(0, 256, frame_shape, dtype=np.uint8)
+
+    def reset() -> np.ndarray:
+        first = resets[rng.integers(0, len(resets))]
+        return np.stack([first] * k) if k > 1 else first.copy()
+
+    stacks = [reset() for _ in range(FRAME_ENVS)]
+    steps: list[list[tuple]] = [[] for _ in range(FRAME_ENVS)]
+    for step in range(FRAME_STEPS):
+        for env in range(FRAME_ENVS):
+            obs = stacks[env]
+            if env == 2:  # next_obs unrelated to obs
+                following = np.stack([new_frame() for _ in range(k)]) if k > 1 else new_frame()
+            else:
+                following = np.concatenate([obs[1:], new_frame()[None]]) if k > 1 else new_frame()
+            done = rng.random() < 0.08
+            steps[env].append((obs, env * 1000 + step, following, done))
+            stacks[env] = reset() if done else following
+
+    def batch(rows: list[tuple]) -> dict[str, np.ndarray]:
+        obs, ids, following, done = zip(*rows)
+        ids = np.array(ids, dtype=np.int64)
+        return {"obs": np.stack(obs), "action": ids, "reward": ids.astype(np.float32) * 0.5,
+                "next_obs": np.stack(following), "done": np.array(done, dtype=np.float32)}
+
+    batches, step = [], 0
+    while step < FRAME_STEPS:
+        shape = rng.integers(0, 3)
+        if shape == 0:  # one step of every env
+            batches.append(batch([steps[env][step] for env in range(FRAME_ENVS)]))
+            step += 1
+        elif shape == 1:  # each env alone, in turn
+            batches.extend(batch([steps[env][step]]) for env in rng.permutation(FRAME_ENVS))
+            step += 1
+        else:  # a chunk of consecutive steps per env, as actors send them
+            end = min(FRAME_STEPS, step + int(rng.integers(2, 7)))
+            batches.extend(batch(steps[env][step:end]) for env in range(FRAME_ENVS))
+            step = end
+    everything = [row for env in range(FRAME_ENVS) for row in steps[env][-FRAME_CAPACITY - 4:]]
+    batches.append(batch(everything))  # longer than the memory: only its last items stay
+    return batches
+
+
+def _stand_in_batch(obs_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    n = obs_shape[0]
+    return {"obs": np.zeros(obs_shape, np.uint8), "action": np.zeros(n, np.int64), "reward": np.zeros(n, np.float32),
+            "next_obs": np.zeros(obs_shape, np.uint8), "done": np.zeros(n, np.float32)}
+
+
+def _check_frame_rows(memory: Any, stored: dict[int, dict[str, np.ndarray]], batch_size: int, what: str) -> Any:
+    sample = memory.sample(batch_size, 0.4)
+    indices = to_host(sample.indices)
+    for name in ("obs", "next_obs", "action", "reward", "done"):
+        got = to_host(sample.transitions[name])
+        for row, index in enumerate(indices):
+            expected = stored[int(index)][name]
+            assert got.dtype == expected.dtype and got.shape[1:] == expected.shape, (
+                f"{what}: field {name!r} sampled as {got.dtype}{list(got.shape[1:])}, added as "
+                f"{expected.dtype}{list(expected.shape)}")
+            assert np.array_equal(got[row], expected), (
+                f"{what}: the {name} sampled at index {int(index)} is not the one added there (differs at "
+                f"{np.argwhere(got[row] != expected)[:3].tolist()})")
+    return sample
+
+
+def _check_frames(factory: Callable[..., Any], capabilities: ReplayCapabilities) -> dict[str, Any]:
+    assert "uint8" in capabilities.dtypes, f"capabilities declare frames but not uint8 among dtypes {capabilities.dtypes}"
+    checked = {}
+    for k, frame_shape in ((4, (6, 5)), (1, (4, 3, 2))):
+        what = f"frames={k}"
+        memory = _frame_memory(factory, FRAME_CAPACITY, k)
+        stored: dict[int, dict[str, np.ndarray]] = {}
+        if k > 1:  # the first add fixes the layout: a stack of another depth must be refused, fixing nothing
+            shallow = _stand_in_batch((2, k - 1, *frame_shape))
+            _expect_refusal(memory, f"{what}: a first add() of stacks of {k - 1} frames", lambda: memory.add(shallow))
+        batches = _frame_batches(k, frame_shape, seed=k)
+        for number, batch in enumerate(batches):
+            indices = to_host(memory.add(batch))
+            kept = len(indices) - min(len(indices), FRAME_CAPACITY)
+            for row, index in enumerate(indices[kept:], start=kept):
+                stored[int(index)] = {name: values[row].copy() for name, values in batch.items()}
+            sample = _check_frame_rows(memory, stored, 32, f"{what}, after add {number}")
+            if number % 5 == 0 and capabilities.prioritized:  # priorities per transition change nothing stored
+                memory.update_priorities(to_host(sample.indices), np.linspace(0.5, 2.0, 32))
+        assert len(memory) == FRAME_CAPACITY, f"{what}: after {len(batches)} adds len() is {len(memory)}"
+        other = _stand_in_batch((2, k + 1, *frame_shape) if k > 1 else (2, 1, *frame_shape))
+        _expect_refusal(memory, f"{what}: add() of observations of another shape", lambda: memory.add(other))
+        _check_frame_rows(memory, stored, 64, f"{what}, after a refused add")
+        if capabilities.checkpoints and hasattr(memory, "state_dict"):  # (the kit does not check checkpoints otherwise)
+            restored = _frame_memory(factory, FRAME_CAPACITY, k)
+            restored.load_state_dict(memory.state_dict())
+            a = _check_frame_rows(memory, stored, 64, f"{what}, the saved memory")
+            b = _check_frame_rows(restored, stored, 64, f"{what}, restored from its state_dict")
+            assert np.array_equal(to_host(a.indices), to_host(b.indices)), (
+                f"{what}: a memory restored from a checkpoint draws other indices than the saved one")
+        checked[f"frames={k}"] = f"{len(batches)} batches, exact"
+    return checked

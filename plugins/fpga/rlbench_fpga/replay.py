@@ -18,6 +18,10 @@ the whole memory; new items without priorities get the largest priority seen so 
 an index repeated in one update takes the last priority given (the kernel applies them in order);
 zero priorities are never sampled. Arithmetic on the device is float32. Input is checked by the
 public kit (rlbench.kit.replay), as in the core's memories, before anything reaches the device.
+
+Image observations are stored whole, in each record, like any field (capabilities.frames is False):
+an Atari transition is a 56 KB record, so 1 M of them would need 56 GB of device memory. Asked to
+store frames once (`frames=k`), the memory refuses at once, naming the memories that do.
 """
 
 from __future__ import annotations
@@ -64,7 +68,10 @@ class FpgaReplay:
     capabilities = REPLAY_CAPABILITIES
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, fanout: int = 16,
-                 depth: int | None = None, **ignored_options: Any) -> None:
+                 depth: int | None = None, frames: int = 0, **ignored_options: Any) -> None:
+        if frames:
+            raise ReplayError(f"replay fpga stores each transition whole as one device record (PEARL's layout), not "
+                              f"frames once (frames={frames}): use --replay prioritized or uniform (or gpu)")
         self.capacity = positive(capacity, "capacity")
         self.alpha = non_negative_number(alpha, "alpha")
         self.fanout = positive(fanout, "fanout")

@@ -125,3 +125,18 @@ def test_an_add_that_wraps_around_keeps_sum_and_minimum_exact():
     stats = memory.stats()
     assert stats["total_priority"] == pytest.approx(expected.sum(), rel=1e-5)
     assert stats["min_priority"] == pytest.approx(expected.min(), rel=1e-6)
+
+
+def test_image_observations_are_stored_whole_and_frames_once_is_refused():
+    from rlbench_fpga.capabilities import REPLAY_CAPABILITIES
+
+    assert not REPLAY_CAPABILITIES.frames  # a record per transition: frames are not shared
+    memory = FpgaReplay(64, alpha=0.6, seed=0, fanout=4)
+    stacks = np.random.default_rng(0).integers(0, 256, (16, 4, 12, 12), dtype=np.uint8)
+    memory.add({"obs": stacks, "action": np.arange(16), "next_obs": stacks[::-1].copy()})
+    sample = memory.sample(16)
+    assert sample.transitions["obs"].dtype == np.uint8
+    assert np.array_equal(sample.transitions["obs"], stacks[sample.indices])
+    assert np.array_equal(sample.transitions["next_obs"], stacks[::-1][sample.indices])
+    with pytest.raises(RlbenchError, match="not frames once .frames=4.: use --replay prioritized or uniform"):
+        get_registry().get("replay", "fpga").create(capacity=64, alpha=0.6, seed=0, frames=4)

@@ -14,9 +14,10 @@ from rlbench.protocols import ComputeCapabilities, EnvironmentCapabilities, Prob
 
 COMPUTE_CAPABILITIES = ComputeCapabilities(
     roles=frozenset({"dqn:actor", "dqn:learner", "ddpg:actor", "ddpg:learner"}), device="cuda",
-    does_not="no tabular engine: Q-learning and SARSA run on compute cpu")
+    networks=frozenset({"mlp", "cnn"}), does_not="no tabular engine: Q-learning and SARSA run on compute cpu")
 REPLAY_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
-REPLAY_CAPABILITIES = ReplayCapabilities(prioritized=True, dtypes=REPLAY_DTYPES, device="cuda", accepts_tensors=True)
+REPLAY_CAPABILITIES = ReplayCapabilities(prioritized=True, dtypes=REPLAY_DTYPES, device="cuda", accepts_tensors=True,
+                                         frames=True)
 ENVIRONMENT_CAPABILITIES = {
     "gpu/CartPole-v1": EnvironmentCapabilities(action_space="discrete", observation_space="continuous",
                                                max_episode_steps=500, reward_threshold=475.0, device="cuda"),

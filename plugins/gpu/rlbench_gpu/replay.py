@@ -33,6 +33,14 @@ launch of K updates, not once per call) and raises the same ReplayError. An inva
 stored as zero and an out-of-range index clamped, so the tree stays finite until the flag is read.
 A captured call's Python runs once, at capture: the caller tells the host-side counts (len,
 stats) what each launch did with `count_captured`.
+
+Image observations (`frames=k`, as the core's memories): each distinct frame is kept once on the
+device, as uint8, and obs and next_obs are rebuilt on the device by gathering frames by id, exactly as
+they were added. Which frames are the same is decided on the host, byte for byte, by the public
+kit's rlbench.kit.frames.FrameRing, which therefore keeps a host copy of the frames too (host RAM as
+much as the device holds); the device gets each frame once, when it is first stored, into the same
+slot, and the frame ids per transition live on the device, so `sample` and `draw` never go back to the
+host. `write` (captured adds) stores whole rows and refuses a memory with frames.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from rlbench.kit import frames as frame_kit
 from rlbench.kit.replay import (ReplayError, TransitionLayout, check_sample, non_negative_number, positive,
                                 validated_update)
 from rlbench.protocols import Sample
@@ -59,9 +68,10 @@ class GpuPrioritizedReplay:
     """ReplayMemory "gpu" (see the module docstring)."""
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, device: Any = "cuda",
-                 **ignored_options: Any) -> None:
+                 frames: int = 0, **ignored_options: Any) -> None:
         self.capacity = positive(capacity, "capacity")
         self.alpha = non_negative_number(alpha, "alpha")
+        self.frames = frame_kit.checked_frames(frames)
         self.device = resolve_device(device)
         self.capabilities = on_device(REPLAY_CAPABILITIES, self.device.type)
         self._generator = torch.Generator(device=self.device)
@@ -81,7 +91,12 @@ class GpuPrioritizedReplay:
         # Device-side refusals of captured calls, read by check_flags: see FLAGS.
         self._flags = torch.zeros(len(FLAGS), dtype=torch.bool, device=self.device)
         self._layout: TransitionLayout | None = None  # fixed by the first add
-        self._columns: dict[str, torch.Tensor] = {}
+        self._columns: dict[str, torch.Tensor] = {}  # with frames: every field but obs and next_obs
+        # With frames: the host's ring (which frames are the same, and their slots), the frames on the
+        # device by slot, and each position's frame ids on the device.
+        self._frame_ring: frame_kit.FrameRing | None = None
+        self._device_frames: torch.Tensor | None = None
+        self._device_ids: dict[str, torch.Tensor] = {}
         self._size = 0
         self._cursor = 0
         self._zeros_written = False  # only then can the total mass be zero: sample checks it (a device sync)
@@ -104,6 +119,13 @@ class GpuPrioritizedReplay:
             device_indices, device_priorities = self._validated_update(indices, priorities, new_size, "add")
         if first:
             self._allocate(layout)  # only a batch that passed every check fixes the layout
+        if self._frame_ring is not None:
+            try:
+                self._write_frames(rows, n, indices)  # the one step that can still fail (out of memory)
+            except ReplayError:
+                if first:
+                    self._layout, self._columns, self._frame_ring, self._device_frames = None, {}, None, None
+                raise
         self._write_rows(rows, n)
         self._size = new_size
         if priorities is None:
@@ -118,7 +140,15 @@ class GpuPrioritizedReplay:
 
     def _allocate(self, layout: TransitionLayout) -> None:
         columns = {}
+        if self.frames:
+            self._frame_ring = frame_kit.FrameRing.of_layout(layout, self.capacity, self.frames)
+            self._device_ids = {name: torch.zeros((self.capacity, self.frames), dtype=torch.int64, device=self.device)
+                                for name in frame_kit.FRAME_FIELDS}
+            self._device_frames = self._frames_tensor(self._frame_ring.store.slots)
+            self._frame_ring.store.on_grow = self._grow_device_frames
         for name, field in layout.fields.items():
+            if self.frames and name in frame_kit.FRAME_FIELDS:
+                continue
             try:
                 columns[name] = torch.zeros((self.capacity, *field.shape), dtype=DTYPES[field.dtype], device=self.device)
             except (RuntimeError, MemoryError):  # torch.OutOfMemoryError is a RuntimeError
@@ -127,7 +157,54 @@ class GpuPrioritizedReplay:
                                   f"at capacity {self.capacity}") from None
         self._layout, self._columns = layout, columns
 
+    def _frames_tensor(self, slots: int) -> torch.Tensor:
+        store = self._frame_ring.store
+        try:
+            return torch.empty((slots, *store.frame_shape), dtype=DTYPES[store.dtype.name], device=self.device)
+        except (RuntimeError, MemoryError):
+            raise ReplayError(f"cannot allocate {slots * store.frame_bytes / 2**30:.2f} GiB on {self.device} for "
+                              f"{slots:,} frames") from None
+
+    def _grow_device_frames(self, slots: int) -> None:
+        """The host store is about to grow: so does its copy on the device (first, so that a device out of
+        memory refuses the add before the host changes)."""
+        grown = self._frames_tensor(slots)
+        grown[:len(self._device_frames)].copy_(self._device_frames)
+        self._device_frames = grown
+
+    def _write_frames(self, rows: list[Any], n: int, indices: np.ndarray) -> None:
+        """obs and next_obs of the rows kept: the host ring decides which frames are new (byte-exact);
+        only those are copied to the device, into the slots the ring gave them."""
+        keep = min(n, self.capacity)
+        positions = indices[n - keep:]
+        names = list(self._layout.fields)
+        given = [rows[names.index(name)][n - keep:] for name in frame_kit.FRAME_FIELDS]
+        ring = self._frame_ring
+        fresh = ring.write(positions, _on_host(given[0]), _on_host(given[1]), self._size)
+        ids = np.concatenate([ring.obs_ids[positions].reshape(-1), ring.next_ids[positions].reshape(-1)])
+        new = np.flatnonzero(fresh)
+        if len(new):
+            frames = [value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+                      for value in given]
+            frames = torch.cat([frame.reshape(-1, *ring.frame_shape) for frame in frames])
+            self._device_frames.index_copy_(0, torch.as_tensor(ids[new].astype(np.int64), device=self.device),
+                                            frames[torch.as_tensor(new, device=frames.device)].to(self.device))
+        device_positions = torch.as_tensor(positions, device=self.device)
+        for name, table in ((frame_kit.FRAME_FIELDS[0], ring.obs_ids), (frame_kit.FRAME_FIELDS[1], ring.next_ids)):
+            self._device_ids[name].index_copy_(0, device_positions,
+                                               torch.as_tensor(table[positions], device=self.device).long())
+
+    def _rows_at(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every field's rows at `indices` (device tensors), obs and next_obs gathered from frames."""
+        if self._frame_ring is None:
+            return {name: column.index_select(0, indices) for name, column in self._columns.items()}
+        shape = (len(indices), *self._frame_ring.obs_shape)
+        return {name: (self._device_frames[self._device_ids[name][indices]].reshape(shape) if name in self._device_ids
+                       else self._columns[name].index_select(0, indices)) for name in self._layout.fields}
+
     def _write_rows(self, rows: list[Any], n: int) -> None:
+        if self._frame_ring is not None:  # obs and next_obs are written (as frames)
+            rows = [row for name, row in zip(self._layout.fields, rows) if name not in frame_kit.FRAME_FIELDS]
         keep = min(n, self.capacity)  # a batch longer than the memory keeps only its last items
         first = (self._cursor + n - keep) % self.capacity
         split = min(keep, self.capacity - first)
@@ -145,7 +222,7 @@ class GpuPrioritizedReplay:
             raise ReplayError("cannot sample: every stored priority is zero")
         indices, scaled = self._draw(batch_size)
         weights = (scaled / self._block_min.min()).pow(-beta).to(torch.float32)
-        transitions = {name: column.index_select(0, indices) for name, column in self._columns.items()}
+        transitions = self._rows_at(indices)
         self._counts["samples"] += 1
         self._counts["sampled_items"] += batch_size
         if self.device.type == "cpu":  # host memory: hand out numpy views, as every host consumer expects
@@ -178,6 +255,8 @@ class GpuPrioritizedReplay:
     def write(self, transitions: Mapping[str, torch.Tensor]) -> None:
         """add() of device tensors, capturable: written at the device-side position, new items at the
         largest priority seen so far. Only shapes and dtypes are checked (on the host, from metadata)."""
+        if self.frames:
+            raise ReplayError("write (captured adds) stores whole rows: a memory with frames=k takes add()")
         if self._layout is None:
             self._allocate(TransitionLayout.of(transitions, dtypes=REPLAY_DTYPES))
         rows, n = self._layout.validate(transitions)
@@ -199,8 +278,7 @@ class GpuPrioritizedReplay:
         self._flags[NO_MASS] |= ~(self._block_sum.sum() > 0)
         indices, scaled = self._draw(batch_size)
         weights = (scaled / self._block_min.min()).pow(-beta.to(torch.float64)).to(torch.float32)
-        return Sample(indices, {name: column.index_select(0, indices) for name, column in self._columns.items()},
-                      weights)
+        return Sample(indices, self._rows_at(indices), weights)
 
     def set_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """update_priorities() of device tensors, capturable: refusals become device flags (see check_flags)."""
@@ -326,6 +404,8 @@ class GpuPrioritizedReplay:
             "max_priority_seen": float(self._max_priority),
             "tree": f"two levels: {self.n_blocks} blocks of {self.block} leaves",
             "fields": self._layout.describe() if self._layout else {},
+            **({"frames": {**self._frame_ring.stats(self._size), "device_frame_slots": len(self._device_frames)}}
+               if self._frame_ring is not None else {}),
         }
 
 

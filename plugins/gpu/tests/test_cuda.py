@@ -18,7 +18,23 @@ pytestmark = needs_cuda
 
 
 def test_replay_conformance_on_cuda():
-    check_replay_memory(lambda capacity: GpuPrioritizedReplay(capacity, alpha=0.6, seed=0, device="cuda"))
+    report = check_replay_memory(lambda capacity, **options: GpuPrioritizedReplay(capacity, alpha=0.6, seed=0,
+                                                                                  device="cuda", **options))
+    assert set(report["frames"]) == {"frames=4", "frames=1"}
+
+
+def test_replay_frames_live_on_the_device_as_uint8():
+    memory = GpuPrioritizedReplay(100, seed=0, device="cuda", frames=4)
+    frames = torch.randint(0, 256, (41, 84, 84), dtype=torch.uint8, device="cuda")
+    stacks = frames.unfold(0, 4, 1).permute(0, 3, 1, 2)  # (38, 4, 84, 84): step t's stack is frames t..t+3
+    memory.add({"obs": stacks[:-1].contiguous(), "action": torch.arange(37, device="cuda"),
+                "next_obs": stacks[1:].contiguous()})
+    assert memory._device_frames.is_cuda and memory._device_frames.dtype == torch.uint8
+    assert memory.stats()["frames"]["frames_held"] == 41  # the first stack's 4, then one per step: not 8 per step
+    sample = memory.sample(32)
+    assert sample.transitions["obs"].is_cuda and sample.transitions["obs"].dtype == torch.uint8
+    assert torch.equal(sample.transitions["obs"], stacks[sample.indices])
+    assert torch.equal(sample.transitions["next_obs"], stacks[sample.indices + 1])
 
 
 def test_replay_samples_stay_on_the_device():

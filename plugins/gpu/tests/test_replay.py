@@ -21,8 +21,9 @@ def rows(n, start=0):
 
 
 def test_conformance_kit_on_the_cpu_device():
-    report = check_replay_memory(lambda capacity: make(capacity))
+    report = check_replay_memory(lambda capacity, **options: make(capacity, **options))
     assert report["prioritized"] and min(report["p_values"]) >= 1e-6
+    assert set(report["frames"]) == {"frames=4", "frames=1"}  # frames stored once on the device, exactly
 
 
 def test_priorities_and_weights_match_the_core_memory_after_the_same_calls():
