@@ -88,10 +88,12 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
     if env_caps.observation_space == "image" and "cnn" not in compute.capabilities.networks:
         works = _names_that_work(registry, "compute", lambda c: "cnn" in c.capabilities.networks
                                  and all(c.capabilities.supports(name, r) for r in caps.roles))
-        runs = " and ".join(sorted(compute.capabilities.networks)) or "no networks"
+        networks = sorted(compute.capabilities.networks)
+        runs = f"runs {' and '.join(networks)} only" if networks else "runs no network"
         raise InvalidCombinationError(
             f"{environment.name} has image observations, which {name} learns with a convolutional network, but "
-            f"compute backend {compute.name} runs {runs} only (no convolution); compute backends that run a CNN: {works}")
+            f"compute backend {compute.name} {runs} ({compute.capabilities.does_not or 'no convolution'}); "
+            f"compute backends that run a CNN: {works}")
 
     for role in caps.roles:
         if not compute.capabilities.supports(name, role):
@@ -361,9 +363,13 @@ def validate_hyperparameters(hp: Any) -> None:
 
 def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, registry: Registry) -> None:
     """Refuse, before any role starts, a transport that cannot carry the run's largest message (the
-    policy's weights, a batch, an insert). Builds one environment to learn its shapes."""
+    policy's weights, a batch, an insert: an image run's framed, messages.largest_message), or, in
+    network, cannot hold the batches the node pushes ahead of the learner (PUSH_CREDIT of them wait
+    for it at most: a listener drops a peer whose queue passes max_queued_bytes). Builds one
+    environment to learn its shapes."""
     if plan.transport is None or not hasattr(algorithm, "policy_shapes"):
         return
+    from rlbench.runtime import transitions
     from rlbench.runtime.distributed import messages, roles
 
     env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
@@ -372,23 +378,39 @@ def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, re
     finally:
         env.close()
     what, size = messages.largest_message(spec, algorithm.policy_shapes(spec, hp),
-                                          insert_rows=roles.ACTOR_INSERT_TRANSITIONS, batch_size=hp.batch_size)
+                                          insert_rows=roles.ACTOR_INSERT_TRANSITIONS, batch_size=hp.batch_size,
+                                          frames=transitions.frames_of(spec))
     capability = plan.transport.capabilities.max_message_bytes
     # the limit the run will use: its roles build the transport with the run's options, as here
     transport = plan.transport.create(**plan.options.get("transport", {}))
     limit = min(capability, int(getattr(transport, "max_message_bytes", capability)))
-    if size <= limit:
-        return
-    works = _transports_that_work(registry, across_hosts=spans_hosts(config),
-                                  test=lambda c: c.capabilities.max_message_bytes >= size and c is not plan.transport)
     name = plan.transport.name
-    if limit < capability:
-        flags = [o.flag for o in registry.options_for("transport", name) if o.param == "max_message_bytes"]
+    if size > limit:
+        works = _transports_that_work(registry, across_hosts=spans_hosts(config),
+                                      test=lambda c: c.capabilities.max_message_bytes >= size
+                                      and c is not plan.transport)
+        if limit < capability:
+            raise InvalidCombinationError(
+                f"transport {name} as configured carries at most {limit:,} bytes per message (max_message_bytes="
+                f"{limit:,}), but this run's largest message, {what}, is {size:,} bytes; raise "
+                f"{_flag_of(registry, name, 'max_message_bytes')} to at least {size:,} (it can carry {capability:,}), "
+                f"or use a transport that would work: {works}")
         raise InvalidCombinationError(
-            f"transport {name} as configured carries at most {limit:,} bytes per message (max_message_bytes="
-            f"{limit:,}), but this run's largest message, {what}, is {size:,} bytes; raise "
-            f"{flags[0] if flags else 'its max_message_bytes'} to at least {size:,} (it can carry {capability:,}), "
-            f"or use a transport that would work: {works}")
-    raise InvalidCombinationError(
-        f"transport {name} carries at most {limit:,} bytes per message, but this run's largest "
-        f"message, {what}, is {size:,} bytes; transports that would work: {works}")
+            f"transport {name} carries at most {limit:,} bytes per message, but this run's largest "
+            f"message, {what}, is {size:,} bytes; transports that would work: {works}")
+    queued = getattr(transport, "max_queued_bytes", None)
+    if config.placement == "in-network" and queued is not None:
+        batch = messages.message_sizes(spec, [], insert_rows=1, batch_size=hp.batch_size)["BATCH"]
+        pushed = roles.PUSH_CREDIT * batch
+        if pushed > queued:
+            raise InvalidCombinationError(
+                f"in network, the replay node pushes up to {roles.PUSH_CREDIT} batches of {batch:,} bytes ahead of the "
+                f"learner, but transport {name} holds at most {queued:,} bytes for a peer that has not read yet "
+                f"(max_queued_bytes) and would drop the learner; raise {_flag_of(registry, name, 'max_queued_bytes')} "
+                f"to at least {pushed:,}, lower batch_size, or use --placement server")
+
+
+def _flag_of(registry: Registry, transport: str, param: str) -> str:
+    """The run option that sets a transport's parameter, or the parameter's name where none does."""
+    flags = [o.flag for o in registry.options_for("transport", transport) if o.param == param]
+    return flags[0] if flags else f"its {param}"

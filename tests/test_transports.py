@@ -289,6 +289,70 @@ def test_shm_sleepers_are_woken_by_the_doorbell_not_by_their_nap_cap(monkeypatch
         listener.close()
 
 
+# An Atari run's largest messages (rlbench.runtime.distributed.messages.message_sizes): a BATCH of 32 stacked
+# 4x84x84 frames and the Nature CNN's weights
+IMAGE_MESSAGE_BYTES = (1_807_440, 6_773_704)
+
+
+def _echo_until_none(listener):
+    while True:
+        got = listener.recv(timeout=30)
+        if got is None or bytes(got[1][:4]) == b"stop":
+            return
+        listener.send(got[0], got[1])
+
+
+@pytest.mark.parametrize("name, options", [("inproc", {}), ("shm", {}), ("shm", {"ring_bytes": 1 << 20}),
+                                           ("shm", {"ring_bytes": 1 << 16}), ("tcp", {}), ("udp", {}),
+                                           ("udp", {"datagram_bytes": 1472})],
+                         ids=["inproc", "shm", "shm-1MiB-ring", "shm-64KiB-ring", "tcp", "udp", "udp-1472B-datagrams"])
+def test_image_sized_messages_cross_each_transport_both_ways(name, options):
+    if name == "shm" and not probe().available:
+        pytest.skip(probe().reason)
+    transport = BUILTIN[name](**options)
+    listener = transport.listen()
+    connection = transport.connect(listener.address, timeout=10)
+    server = threading.Thread(target=_echo_until_none, args=(listener,), daemon=True)
+    server.start()
+    try:
+        for size in IMAGE_MESSAGE_BYTES:
+            message = os.urandom(size)
+            for _ in range(2):
+                assert bytes(connection.request(message, timeout=30)) == message
+        connection.send(b"stop")
+        server.join(timeout=10)
+        assert not server.is_alive()
+    finally:
+        connection.close()
+        listener.close()
+
+
+@needs_shm
+def test_a_shm_listener_writing_a_message_larger_than_the_ring_is_woken_as_its_reader_frees_room(monkeypatch):
+    """A listener's message that its ring cannot take at once waits in the peer's outbox and goes out
+    as the peer reads; the reader rings the listener's doorbell when it frees room while the listener
+    sleeps. With the nap cap raised to 30 s, a 6.7 MB reply through a 64 KiB ring (hundreds of
+    chunks) arrives only if every one of those wake-ups comes from the reader."""
+    from rlbench.builtin.transports import shm
+
+    monkeypatch.setattr(shm, "_NAP_S", 30.0)
+    transport = ShmTransport(ring_bytes=1 << 16)
+    listener = transport.listen()
+    connection = transport.connect(listener.address, timeout=5)
+    server = threading.Thread(target=_echo_until_none, args=(listener,), daemon=True)
+    server.start()
+    try:
+        message = os.urandom(IMAGE_MESSAGE_BYTES[-1])
+        started = time.monotonic()
+        assert bytes(connection.request(message, timeout=60)) == message
+        assert time.monotonic() - started < 10
+        connection.send(b"stop")
+        server.join(timeout=10)
+    finally:
+        connection.close()
+        listener.close()
+
+
 # ---------------------------------------------------- the kit's slow-consumer rule catches its breakers
 class UnboundedInproc(InprocTransport):
     """Says it bounds what waits for a peer, and never does (the old inproc)."""

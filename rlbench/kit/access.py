@@ -29,6 +29,13 @@ Where the time of an operation went, all measured, p50s in microseconds:
 splits it into the wire's share (the transport's own round trip of a message of the same size, an
 echo with nothing of rlbench's on either side), the node's own (its handling time less the memory
 operation), the memory operation's, and the client's remainder (its codec and bookkeeping).
+
+Image payloads: `image_transitions(rows, seed)` are stacked uint8 frames as an Atari run's actor
+produces them (4 x 84 x 84 by default, episodes ending now and then); `replay_node(..., frames=4)`
+makes the actor's INSERTs carry each frame once and the node's memory store each frame once, as an
+image run's do. `wire.stream(size, seconds)` (the echo's second use) is the transport's raw
+bandwidth for messages of a size: bytes/s of a one-way stream of them, nothing of rlbench's in it,
+the peer of an image SAMPLE reply's bytes/s.
 """
 
 from __future__ import annotations
@@ -46,8 +53,8 @@ NEVER_LIMITED = (1.0, 1, 1e18)
 
 def _serve(transport: str, transport_options: dict[str, Any], placement: str, replay: str, capacity: int,
            replay_options: dict[str, Any], batch_size: int, secret: bytes | None, fast_path: bool,
-           rate_limit: tuple[float, int, float], layout: dict[str, Any] | None, cpus: tuple[int, ...] | None,
-           addresses: Any) -> None:
+           rate_limit: tuple[float, int, float], layout: dict[str, Any] | None, frames: int,
+           cpus: tuple[int, ...] | None, addresses: Any) -> None:
     if cpus:  # first, so the node serves on these cores only
         import os
 
@@ -60,12 +67,14 @@ def _serve(transport: str, transport_options: dict[str, Any], placement: str, re
     transport_component = registry.get("transport", transport)
     listener = transport_component.create(**transport_options).listen(None)
     memory_component = registry.get("replay", replay)
-    memory = memory_component.create(capacity=capacity, alpha=0.6, seed=0, **replay_options)
+    stored_frames = frames if memory_component.capabilities.frames else 0  # (as a run's node makes its memory)
+    memory = memory_component.create(capacity=capacity, alpha=0.6, seed=0,
+                                     **({"frames": stored_frames} if stored_frames else {}), **replay_options)
     samples_per_insert, min_size_to_sample, error_buffer = rate_limit
     limiter = RateLimiter(samples_per_insert, min_size_to_sample=min_size_to_sample, error_buffer=error_buffer)
     settings = NodeSettings(placement=placement, total_steps=1 << 62, batch_size=batch_size, secret=secret,
                             max_message_bytes=transport_component.capabilities.max_message_bytes, fast_path=fast_path,
-                            layout=layout)
+                            layout=layout, frames=frames)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
     addresses.put(listener.address)
     try:
@@ -118,7 +127,8 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 replay: str = "prioritized", capacity: int = 1 << 17, replay_options: dict[str, Any] | None = None,
                 batch_size: int = 32, authenticate: bool = True, timeout: float = 30.0,
                 fast_path: bool = True, rate_limit: tuple[float, int, float] = NEVER_LIMITED,
-                layout: dict[str, Any] | None = None, cpus: Iterable[int] | None = None) -> Iterator[NodeUnderTest]:
+                layout: dict[str, Any] | None = None, frames: int = 0,
+                cpus: Iterable[int] | None = None) -> Iterator[NodeUnderTest]:
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed import messages
     from rlbench.runtime.distributed.channel import Channel
@@ -130,7 +140,7 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
     secret = secrets.token_bytes(32) if authenticate else None
     channels: list[Any] = []
     with _spawned(_serve, (transport, transport_options, placement, replay, capacity, replay_options or {},
-                           batch_size, secret, fast_path, rate_limit, layout,
+                           batch_size, secret, fast_path, rate_limit, layout, frames,
                            tuple(sorted(cpus)) if cpus else None)) as address:
         try:
             def channel(role: str) -> Any:
@@ -141,8 +151,8 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 return opened
 
             control = channel("launcher")
-            yield NodeUnderTest(address, ReplayClient(channel("actor")), ReplayClient(channel("learner")), control,
-                                secret)
+            actor = ReplayClient(channel("actor"), frames=frames)  # an image run's actor: each frame once
+            yield NodeUnderTest(address, actor, ReplayClient(channel("learner")), control, secret)
             control.request(Op.SHUTDOWN)
         finally:
             for opened in channels:
@@ -150,37 +160,90 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
 
 
 # --------------------------------------------------------------------------- where the time went
+class Wire:
+    """The transport's own figures over one connection to an echo server: `wire(size)` (a round trip,
+    ns) and `wire.stream(size, seconds)` (bytes/s)."""
+
+    def __init__(self, connection: Any, timeout: float) -> None:
+        self.connection = connection
+        self.timeout = timeout
+        self._payloads: dict[int, bytes] = {}
+
+    def __call__(self, size: int) -> int:
+        """The nanoseconds of one `connection.request` of a `size`-byte message, echoed."""
+        payload = self._payloads.get(size)
+        if payload is None:
+            from rlbench.bench.transport import ECHO
+
+            payload = self._payloads[size] = ECHO + bytes(max(0, size - 1))
+        started = time.perf_counter_ns()
+        self.connection.request(payload, timeout=self.timeout)
+        return time.perf_counter_ns() - started
+
+    def stream(self, size: int, seconds: float) -> float:
+        """Bytes/s of `size`-byte messages sent one way as fast as the transport takes them, counted by
+        the server as it receives them (timed until it confirms the count)."""
+        from rlbench.bench.transport import stream_rate
+
+        return stream_rate(self.connection, size, seconds)
+
+
 @contextlib.contextmanager
 def wire_echo(transport: str, *, transport_options: dict[str, Any] | None = None,
-              timeout: float = 30.0) -> Iterator[Callable[[int], int]]:
+              timeout: float = 30.0) -> Iterator[Wire]:
     """The transport's own round trip, with nothing of rlbench's codec or node on either side: an
-    echo server in its own process over the same transport and options. Yields `round_trip(size)`,
-    the nanoseconds of one `connection.request` of a `size`-byte message. Measure in blocks
+    echo server in its own process over the same transport and options. Yields a `Wire`:
+    `round_trip(size)`, the nanoseconds of one `connection.request` of a `size`-byte message, and
+    `round_trip.stream(size, seconds)`, the bytes/s of a one-way stream of them. Measure in blocks
     interleaved with the replay node's (on a small machine two busy-polling servers slow each other
     while both are active; an idle one soon sleeps)."""
-    from rlbench.bench.transport import ECHO, QUIT, serve_echo
+    from rlbench.bench.transport import QUIT, serve_echo
+    from rlbench.kit.framing import reuse_freed_memory
     from rlbench.plugins import get_registry
 
+    reuse_freed_memory()  # as a replay client does
     transport_options = transport_options or {}
     component = get_registry().get("transport", transport)
-    payloads: dict[int, bytes] = {}
-    clock = time.perf_counter_ns
     with _spawned(serve_echo, (transport, transport_options)) as address:
         connection = component.create(**transport_options).connect(address, timeout=timeout)
-
-        def round_trip(size: int) -> int:
-            payload = payloads.get(size)
-            if payload is None:
-                payload = payloads[size] = ECHO + bytes(max(0, size - 1))
-            started = clock()
-            connection.request(payload, timeout=timeout)
-            return clock() - started
-
         try:
-            yield round_trip
+            yield Wire(connection, timeout)
         finally:
             connection.send(QUIT)
             connection.close()
+
+
+def image_transitions(rows: int, seed: int, *, frame_shape: tuple[int, ...] = (84, 84), stack: int = 4,
+                      episode_steps: tuple[int, int] = (20, 200)) -> dict[str, Any]:
+    """`rows` consecutive transitions of an image run's actor (one environment): observations of
+    `stack` uint8 frames on axis 0 (Atari's 4 x 84 x 84 by default; stack 1: the frame itself), a
+    new random frame each step, next_obs its obs shifted by one frame, and an episode ending every
+    `episode_steps` steps or so (done = 1), after which a fresh stack of the reset frame begins."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 256, (2 * rows + 2, *frame_shape), dtype=np.uint8)  # at most 2 new per row
+    obs = np.empty((rows, stack, *frame_shape), dtype=np.uint8)
+    next_obs = np.empty_like(obs)
+    done = np.zeros(rows, dtype=np.float32)
+    used = 0
+    window = np.repeat(frames[:1], stack, axis=0)  # the reset frame, stacked
+    left = int(rng.integers(*episode_steps))
+    for row in range(rows):
+        used += 1
+        obs[row] = window
+        window = np.concatenate([window[1:], frames[used:used + 1]])
+        next_obs[row] = window
+        left -= 1
+        if left == 0:
+            done[row] = 1.0
+            used += 1
+            window = np.repeat(frames[used:used + 1], stack, axis=0)
+            left = int(rng.integers(*episode_steps))
+    if stack == 1:
+        obs, next_obs = obs[:, 0], next_obs[:, 0]
+    return {"obs": obs, "action": rng.integers(0, 18, rows, dtype=np.int64),
+            "reward": rng.integers(-1, 2, rows).astype(np.float32), "next_obs": next_obs, "done": done}
 
 
 def message_bytes(op: str, transitions: Mapping[str, Any]) -> int:

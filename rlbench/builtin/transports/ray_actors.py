@@ -66,7 +66,10 @@ from rlbench.kit.framing import (
 from rlbench.protocols import Probe, probe_modules
 
 NAMESPACE = "rlbench-transport"
-SMALL_OBJECT_STORE_BYTES = 75 << 20  # Ray's minimum, for a Ray started here: rlbench's data path never uses it
+# Ray's minimum, for a Ray started here: messages Ray inlines in its calls (up to 100 KiB) never use it; an image
+# run's (~1-7 MB: frames, batches, a CNN's weights) pass through it a few at a time (30 one-way sends of 6.7 MB
+# in a row got through, at ~33 MB/s here)
+SMALL_OBJECT_STORE_BYTES = 75 << 20
 _LISTENER = -1  # the listener's own sequence of calls into its inbox
 _MARGIN_S = 30.0  # beyond a call's own timeout, before ray.get gives up on it
 CLOSE_DRAIN_S = 5.0  # how long a closing listener's inbox waits for peers to take its last replies

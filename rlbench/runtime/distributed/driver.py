@@ -86,10 +86,11 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     controls: list[Channel] = []
     try:
         bound = listen_address(transport, plan.transport.name, config.bind) if config.bind else None
-        layout = run_layout(config, plan)
+        layout, frames = run_layout(config, plan)
         shares = budgets(budget.total_steps, config.actors, shards)
         nodes = [launcher.start(dataclasses.replace(base, role="replay", index=shard, address=bound or "",
-                                                    secret=secret, layout=layout, total_steps=shares[shard]))
+                                                    secret=secret, layout=layout, frames=frames,
+                                                    total_steps=shares[shard]))
                  for shard in range(shards)]
         addresses = tuple(launcher.wait_address(node) for node in nodes)
         address = addresses[0]
@@ -229,12 +230,13 @@ def _checkpoints(config: Any, budget: Budget) -> tuple[str, int]:
 RESUME_OWN = ("resume", "launcher", "ray_address", "place", "placement_strategy", "bind", "out")
 
 
-def run_layout(config: Any, plan: Any) -> transitions.Layout:
+def run_layout(config: Any, plan: Any) -> tuple[transitions.Layout, int]:
     """The transitions this run's actors produce, from its environment's spec (one environment built
-    here, as the launcher's pre-flight does): the replay node refuses any other layout."""
+    here, as the launcher's pre-flight does): the replay node refuses any other layout; and the frames
+    per observation of an image run (transitions.frames_of), how the node's memory stores them."""
     env = plan.environment.create(num_envs=1, seed=config.seed, **plan.options.get("environment", {}))
     try:
-        return transitions.transition_layout(env.spec)
+        return transitions.transition_layout(env.spec), transitions.frames_of(env.spec)
     finally:
         env.close()
 

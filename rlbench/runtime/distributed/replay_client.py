@@ -3,7 +3,8 @@
 
 `feedback` holds the node's answer to the last INSERT (produced so far, the newest weights version,
 the learner's updates, whether the run is over): what an actor paces itself by. `step` is the env
-step the last batch was drawn at (for annealing beta).
+step the last batch was drawn at (for annealing beta). An image run's actor's client (`frames=k`,
+transitions.frames_of of its spec) sends each INSERT's distinct frames once (messages.py, "Frames").
 
 The data path is kept lean (a round trip to a replay node is a few microseconds over a fast
 transport): scalars travel as Python numbers (the codec sends int as int64 and float as float64, as
@@ -18,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlbench.kit.framing import reuse_freed_memory
 from rlbench.metrics import CPU_SAMPLE_EVERY, Recorder
 from rlbench.protocols import Sample
 from rlbench.runtime.distributed import messages
@@ -27,8 +29,11 @@ from rlbench.runtime.distributed.messages import Op
 
 
 class ReplayClient:
-    def __init__(self, channel: Channel, *, recorder: Recorder | None = None) -> None:
+    def __init__(self, channel: Channel, *, recorder: Recorder | None = None, frames: int = 0) -> None:
         self.channel = channel
+        # an image run's frames per observation (transitions.frames_of): its INSERTs carry each frame once
+        self.frames = frames
+        reuse_freed_memory()  # image-sized messages: no page faults per message (rlbench.kit.framing)
         self.recorder = recorder or channel.recorder
         self.feedback = {"produced": 0, "params_version": -1, "learner_updates": 0, "finished": 0}
         self.step = 0
@@ -73,7 +78,8 @@ class ReplayClient:
     def add(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None) -> None:
         """INSERT and wait for its reply (what was produced is what is inserted)."""
         started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
-        _, reply = self.channel.request(Op.INSERT, _insert(transitions, priorities, len(transitions["obs"])))
+        _, reply = self.channel.request(Op.INSERT, _insert(transitions, priorities, len(transitions["obs"]),
+                                                           self.frames))
         self._inserted(reply, started, cpu_started)
 
     def add_begin(self, transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
@@ -81,7 +87,7 @@ class ReplayClient:
         """Send an INSERT; `add_finish` waits for its reply (an actor steps its env meanwhile).
         `produced`: transitions this actor produced since its last INSERT (stored or not)."""
         started, cpu_started = time.perf_counter_ns(), self._cpu_clock()
-        request = self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced))
+        request = self.channel.begin(Op.INSERT, _insert(transitions, priorities, produced, self.frames))
         self.blocked["replay"] += time.perf_counter_ns() - started
         self._add_cpu("replay", cpu_started)
         return request, started
@@ -143,7 +149,7 @@ class ReplayClient:
             self.finished = True
             return None
         self.step = int(arrays["step"])
-        return Sample(arrays["indices"], fields_of(arrays), arrays["weights"])
+        return Sample(arrays["indices"], fields_of(messages.unshifted(arrays)), arrays["weights"])
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray, *, learner_updates: int,
                           credit: int | None = None, beta: float | None = None) -> None:
@@ -191,10 +197,13 @@ class ReplayClient:
         self.channel.close()
 
 
-def _insert(transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None, produced: int) -> dict[str, Any]:
-    """An INSERT's arrays: the transition's fields, and what it says it produced.
-    `produced`: transitions produced since the last INSERT (stored or not)."""
+def _insert(transitions: Mapping[str, np.ndarray], priorities: np.ndarray | None, produced: int,
+            frames: int = 0) -> dict[str, Any]:
+    """An INSERT's arrays: the transition's fields (`frames` > 0: the observations' frames, each once),
+    and what it says it produced. `produced`: transitions produced since the last INSERT (stored or not)."""
     arrays: dict[str, Any] = fields_of(transitions)
+    if frames:
+        arrays.update(messages.framed(arrays.pop("obs"), arrays.pop("next_obs"), frames))
     arrays["produced"] = int(produced)
     if priorities is not None:
         arrays["priorities"] = np.asarray(priorities, dtype=np.float64)

@@ -22,7 +22,12 @@ Nothing a peer sends can stop, stall or poison it, honest or hostile:
   it had waiting (`_forget_departed`), so the node's work per message stays bounded;
 - the run fixes what is stored and counted: INSERTs carry the run's transition layout
   (NodeSettings.layout, from its environment's spec, not from whoever writes first) and exactly
-  the transitions they say they produced; the node counts per peer what it stored.
+  the transitions they say they produced; the node counts per peer what it stored. An image run's
+  INSERTs carry each frame once (messages.py, "Frames"): indices that do not stack the frames they
+  came with, or stack another number than the run's (NodeSettings.frames), are refused
+  (`refused.frames`). The core's memories built with as many frames take the frames and indices as
+  they come (`add_packed`: each frame looked up once, no stack built); any other memory is given
+  the stacks, rebuilt exactly here.
 
 Fast path: for the core memories (their `native_handle()`), rlbench._wire's FastPath serves INSERT,
 SAMPLE and UPDATE_PRIORITIES in one C call per message — decode, the peer's authentication and role,
@@ -52,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.arrays import to_host
+from rlbench.kit.framing import reuse_freed_memory
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import Recorder
 from rlbench.runtime import transitions
@@ -81,6 +87,7 @@ class NodeSettings:
     secret: bytes | None = field(default=None, repr=False)  # the run's; None: no authentication (benchmarks only)
     fast_path: bool = True  # serve the core memories' hot ops natively when rlbench._wire is built
     layout: transitions.Layout | None = None  # the run's transitions (None: the first INSERT fixes them)
+    frames: int = 0  # an image run's frames per observation (transitions.frames_of): a framed INSERT's; 0: any
     checkpoint_dir: str | None = None  # where learner 0's CHECKPOINTs go (rlbench/runtime/checkpoint.py); None: refused
     shard: int = 0  # this node's shard of the run's replay (--replay-shards): its BATCHes carry the memory's
     shards: int = 1  # priority mass when there are several (rlbench/runtime/distributed/shards.py)
@@ -153,6 +160,10 @@ class ReplayNode:
         self.settings = settings
         self.prioritized = prioritized
         self.capacity = int(getattr(memory, "capacity", 0)) or None
+        # frames per observation of a memory that takes a framed INSERT's frames as they come (the core's
+        # built with frames=k: add_packed); 0: any other, which is given the stacks rebuilt
+        takes_packed = callable(getattr(memory, "add_packed", None))
+        self.packed_frames = int(getattr(memory, "frames", 0) or 0) if takes_packed else 0
         self.state = NodeState()
         self.peers: dict[int, Peer] = {}
         self.recorder = Recorder()
@@ -178,6 +189,7 @@ class ReplayNode:
         # new connection; while this loop is busy, each handoff waits out the switch interval (5 ms by
         # default), which made an honest peer's handshake take hundreds of ms under a flood. A thread
         # that does not ask for the lock costs nothing at any interval.
+        reuse_freed_memory()  # image-sized messages: no page faults per message (rlbench.kit.framing)
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
         try:
@@ -422,19 +434,32 @@ class ReplayNode:
             self.recorder.count("duplicate_inserts")
             self._reply(peer_id, Op.INSERTED, self._inserted(), request_id)
             return
-        n = len(arrays["obs"])
+        n = len(arrays["reward"])
         if int(arrays["produced"]) != n:
             raise Refused(f"produced = {int(arrays['produced'])}, but the message carries {n} transitions (the node "
                           "counts what it stores)", "refused.produced")
         if peer.held >= MAX_HELD_INSERTS:
             raise Refused(f"{peer.held} replies to this actor's INSERTs are held by the rate limiter already (at most "
                           f"{MAX_HELD_INSERTS}): wait for a reply before sending more", "refused.held_replies")
+        packed = "frames" in arrays  # each frame once (messages.py, "Frames")
+        if packed:
+            problem = messages.frames_problem(arrays, self.settings.frames)
+            if problem:
+                raise Refused(problem, "refused.frames")
+            if arrays["obs_frames"].shape[1] != self.packed_frames:  # this memory takes stacks: rebuilt, exactly
+                arrays, packed = messages.stacked(arrays), False
         if not state.stored and self.settings.layout is not None:  # (after that, the memory keeps the layout)
-            mismatch = transitions.layout_mismatch(self.settings.layout, arrays)
+            checked = {**arrays, **messages.stacked_stand_ins(arrays)} if packed else arrays
+            mismatch = transitions.layout_mismatch(self.settings.layout, checked)
             if mismatch:
                 raise Refused(mismatch, "refused.layout")
         started = time.perf_counter_ns()
-        self.memory.add(transitions.fields_of(arrays), arrays.get("priorities"))
+        if packed:
+            self.memory.add_packed({name: arrays[name] for name in transitions.FIELDS if name in arrays},
+                                   arrays["frames"], arrays["obs_frames"], arrays["next_obs_frames"],
+                                   arrays.get("priorities"))
+        else:
+            self.memory.add(transitions.fields_of(arrays), arrays.get("priorities"))
         self.recorder.histogram("memory.INSERT").record(time.perf_counter_ns() - started)
         peer.last_insert = request_id
         peer.stored += n
@@ -602,6 +627,10 @@ class ReplayNode:
         self.limiter.sampled(batch_size)
         fields = {"indices": sample.indices, "weights": sample.weights, **sample.transitions}
         batch = {name: to_host(value) for name, value in fields.items()}  # a device memory's tensors
+        stacks = messages.shifted_stacks(batch["obs"], batch["next_obs"])
+        if stacks is not None:  # a memory of frames: each row's frames once (messages.py, "Frames")
+            del batch["obs"], batch["next_obs"]
+            batch["stacks"] = stacks
         batch["step"] = np.int64(self.state.produced)
         if self.settings.shards > 1:  # after the draw, as the fast path adds them
             batch["mass"], batch["min_mass"] = (np.float64(m) for m in self.memory.priority_mass())

@@ -58,6 +58,7 @@ class RoleSpec:
     # can act as itself only. Travels with the spec, never on a command line.
     secret: bytes | None = field(default=None, repr=False)
     layout: dict[str, Any] | None = None  # the run's transitions (transitions.transition_layout), for the node
+    frames: int = 0  # an image run's frames per observation (transitions.frames_of), for the node's memory
     # A learner's group, when the run's distribution policy has several (index = its rank): how many
     # learners, where learner 0's rendezvous is (learner 0: ""), and the host learner 0 listens on.
     learners: int = 1
@@ -104,12 +105,14 @@ def _histograms(recorder: Recorder) -> dict[str, Any]:
     return {name: h.to_dict() for name, h in recorder.histograms.items() if h.count}
 
 
-def connect(spec: RoleSpec, transport: Any, capabilities: Any, recorder: Recorder, role: str) -> ReplayClient:
-    """A role's authenticated channel to the replay node, and the replay client over it."""
+def connect(spec: RoleSpec, transport: Any, capabilities: Any, recorder: Recorder, role: str,
+            frames: int = 0) -> ReplayClient:
+    """A role's authenticated channel to the replay node, and the replay client over it (`frames`: an
+    image run's actor's, whose INSERTs carry each frame once)."""
     connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
     channel = Channel(connection, reliable=capabilities.reliable, timeout=REQUEST_TIMEOUT_S, recorder=recorder)
     channel.authenticate(role, spec.index, spec.secret)
-    return ReplayClient(channel)
+    return ReplayClient(channel, frames=frames)
 
 
 # ------------------------------------------------------------------------------------- replay
@@ -146,8 +149,11 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     transport, capabilities = _transport(registry, spec)
     memory_component = registry.get("replay", config.replay)
     shards, shard = config.replay_shards, spec.index
+    # an image run's memory stores each frame once where it can (transitions.make_memory's rule)
+    frames = spec.frames if memory_component.capabilities.frames else 0
     memory = memory_component.create(capacity=-(-hp.buffer_size // shards), alpha=hp.per_alpha,
-                                     seed=config.seed + 15485863 * shard, **spec.options.get("replay", {}))
+                                     seed=config.seed + 15485863 * shard, **({"frames": frames} if frames else {}),
+                                     **spec.options.get("replay", {}))
     saved = checkpoint.load_replay(spec.resume_from, memory, shard) if spec.resume_from else None
     listener = transport.listen(spec.address or None)
     actors = sum(1 for i in range(config.actors) if shard_of_actor(i, shards) == shard)
@@ -155,6 +161,7 @@ def replay_node_main(spec: RoleSpec, announce) -> dict[str, Any]:
     limit = min(capabilities.max_message_bytes, getattr(transport, "max_message_bytes", capabilities.max_message_bytes))
     settings = NodeSettings(placement=config.placement, total_steps=spec.total_steps, batch_size=hp.batch_size,
                             seconds=config.seconds, max_message_bytes=limit, secret=spec.secret, layout=spec.layout,
+                            frames=spec.frames,
                             checkpoint_dir=config.checkpoint_dir if config.checkpoint_every else None,
                             shard=shard, shards=shards)
     node = ReplayNode(listener, memory, limiter, settings, prioritized=memory_component.capabilities.prioritized)
@@ -181,7 +188,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     priorities_of = getattr(actor, "initial_priorities", None) if prioritized else None
     recorder = Recorder()
     staleness = Recorder()
-    client = connect(spec, transport, capabilities, recorder, "actor")
+    client = connect(spec, transport, capabilities, recorder, "actor", frames=transitions.frames_of(env.spec))
     version = -1
 
     n = env.spec.num_envs

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlbench.protocols import Sample
+from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.messages import Op
 from rlbench.runtime.distributed.replay_client import ReplayClient
 from rlbench.runtime.transitions import fields_of
@@ -98,7 +99,7 @@ class ShardedReplayClient:
                     continue
                 self.steps[s] = int(arrays["step"])
                 self.masses[s], self.min_masses[s] = float(arrays["mass"]), float(arrays["min_mass"])
-                parts.append((s, {name: np.array(value) for name, value in arrays.items()}))
+                parts.append((s, {name: np.array(value) for name, value in messages.unshifted(arrays).items()}))
             if not ended_now:
                 break
             # a shard ended mid-batch: what the others served is a part of a batch only; draw it again
