@@ -18,6 +18,11 @@ from support import run_cli
 
 CPPRB = importlib.util.find_spec("cpprb") is not None
 needs_cpprb = pytest.mark.skipif(not CPPRB, reason="cpprb not installed: pip install cpprb (or rlbench[test])")
+needs_atari = pytest.mark.skipif(
+    not all(importlib.util.find_spec(module) for module in ("ale_py", "cv2", "stable_baselines3")),
+    reason="the Atari peer needs ale-py, opencv and stable-baselines3: pip install rlbench[envs,test]")
+needs_mujoco = pytest.mark.skipif(importlib.util.find_spec("mujoco") is None,
+                                  reason="mujoco not installed: pip install rlbench[envs]")
 MACHINE_STATE_KEYS = {"cores", "busy_processes", "load_before", "other_processes_cores", "contended", "warning"}
 
 
@@ -102,24 +107,125 @@ def test_rlbench_runs_with_the_cleanrl_loops_settings(comparison, cleanrl_to_rlb
         assert ours["hidden_sizes"] == (256, 256) and ours["critic_learning_rate"] == cleanrl.learning_rate
 
 
-@pytest.mark.parametrize("command, steps", [(algo.dqn_command, 400), (algo.ddpg_command, 300)], ids=["dqn", "ddpg"])
-def test_bench_algo_reports_rates_start_up_returns_settings_and_machine_state(command, steps):
-    """Runs shorter than learning_starts: the structure of what is printed, not a speed or a learning result."""
-    result = CliRunner().invoke(command, ["--steps", str(steps), "--json"])
+@pytest.mark.parametrize("command, steps, env, episodes_end", [
+    (algo.dqn_command, 400, None, True), (algo.ddpg_command, 300, None, True),
+    # Atari frames through the Nature CNN on both sides, learning from step 30; HalfCheetah's episodes
+    # last 1,000 steps, so none ends in 300
+    pytest.param(algo.dqn_command, 300, "ALE/Breakout-v5", True, marks=needs_atari),
+    pytest.param(algo.ddpg_command, 300, "HalfCheetah-v5", False, marks=needs_mujoco),
+], ids=["dqn", "ddpg", "dqn-atari", "ddpg-mujoco"])
+def test_bench_algo_reports_rates_start_up_returns_settings_and_machine_state(command, steps, env, episodes_end,
+                                                                              monkeypatch):
+    """Short runs: the structure of what is printed, not a speed or a learning result."""
+    options = ["--steps", str(steps)]
+    if env:
+        options += ["--env", env]
+        monkeypatch.setattr(algo, "EVAL_EPISODES", 1)  # an evaluation episode of Atari or MuJoCo costs seconds
+    result = CliRunner().invoke(command, [*options, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["steps"] == steps and report["threads"]["torch_threads"] == 1
+    assert report["env"] == (env or command.params[0].default)
     assert "github.com/vwxyzjn/cleanrl" in report["settings_from"] and report["cleanrl_settings"]["total_timesteps"] == steps
     assert MACHINE_STATE_KEYS <= set(report["machine_state"])
+    assert all(report["returns"][side]["training"] and report["returns"][side]["evaluation"]
+               for side in ("cleanrl", "rlbench"))
     for side in ("cleanrl", "rlbench"):
         (run,) = report["runs"][side]
         assert run["env_steps"] == steps
         assert run["env_steps_per_s"] > 0 and run["startup_s"] >= 0
-        assert run["last_episodes_mean_return"] is not None and run["last_episodes"] >= 1
+        assert (run["last_episodes_mean_return"] is not None and run["last_episodes"] >= 1) == episodes_end
         assert run["evaluation"]["episodes"] == algo.EVAL_EPISODES
+    if env:  # the comparison's settings reached rlbench's run, not its family's preset
+        assert report["runs"]["rlbench"][0]["hyperparameters"]["learning_starts"] == steps // 10
     rates = report["steady_env_steps_per_s"]
     assert report["ratio_rlbench_to_cleanrl"] == pytest.approx(rates["rlbench"] / rates["cleanrl"])
-    table = CliRunner().invoke(command, ["--steps", str(steps)])
-    assert table.exit_code == 0, table.output
-    for text in ("steady steps/s", "start-up s", "greedy eval return", "rlbench/cleanrl =", "settings: CleanRL"):
-        assert text in table.output
+    if env:  # the table of the same report (the command's table path is the default envs')
+        table = algo.format_report(report)
+    else:
+        invoked = CliRunner().invoke(command, options)
+        assert invoked.exit_code == 0, invoked.output
+        table = invoked.output
+    assert set(report["runs"]["rlbench"][0]["time_split_s"]) == set(algo.TIME_SPLIT)
+    for text in ("steady steps/s", "start-up s", "eval return", "rlbench/cleanrl =", "settings: CleanRL",
+                 "rlbench run 0, seconds in: env"):
+        assert text in table
+
+
+def test_atari_and_mujoco_comparisons_map_cleanrls_settings_and_scale_them_to_the_budget():
+    """The Atari comparison in rlbench's terms: the target period in updates, CleanRL's loss, target and
+    no clipping; learning from the first tenth of a short run, CleanRL's 80,000 / 25,000 on long ones."""
+    for steps, starts in ((10_000, 1_000), (2_000_000, 80_000)):
+        cleanrl = algo.dqn_atari_args(steps)
+        ours = algo.DQN_ATARI.rlbench_hyperparameters(steps)
+        names = {"learning_rate": "learning_rate", "buffer_size": "buffer_size", "gamma": "gamma", "tau": "tau",
+                 "batch_size": "batch_size", "learning_starts": "learning_starts", "train_frequency": "train_every",
+                 "start_e": "epsilon_start", "end_e": "epsilon_end"}
+        for theirs, mine in names.items():
+            assert ours[mine] == getattr(cleanrl, theirs), (theirs, mine)
+        assert cleanrl.learning_starts == ours["learning_starts"] == starts
+        assert cleanrl.buffer_size == min(steps, 1_000_000) and cleanrl.env_id == "BreakoutNoFrameskip-v4"
+        assert (cleanrl.learning_rate, cleanrl.batch_size, cleanrl.end_e) == (1e-4, 32, 0.01)
+        assert ours["target_update_every"] == 250 and ours["target_update_every"] * ours["train_every"] == 1000
+        assert ours["exploration_steps"] == cleanrl.exploration_fraction * steps
+        assert (ours["loss"], ours["double_dqn"], ours["max_grad_norm"]) == ("mse", False, 0.0)
+    mujoco = algo.DDPG_MUJOCO.rlbench_hyperparameters(10_000)
+    assert mujoco["learning_starts"] == algo.ddpg_mujoco_args(10_000).learning_starts == 1_000
+    assert algo.ddpg_mujoco_args(2_000_000).learning_starts == 25_000
+    assert {k: v for k, v in mujoco.items() if k != "learning_starts"} == {
+        k: v for k, v in algo.DDPG.rlbench_hyperparameters(10_000).items() if k != "learning_starts"}
+
+
+def test_bench_algo_picks_its_comparison_by_env_and_refuses_one_without_a_comparison():
+    from rlbench.errors import RlbenchError
+
+    assert algo.comparison_for("dqn", "ALE/Breakout-v5") is algo.DQN_ATARI
+    assert algo.comparison_for("ddpg", "HalfCheetah-v5") is algo.DDPG_MUJOCO
+    assert algo.comparison_for("ddpg", "Pendulum-v1") is algo.DDPG
+    refused = CliRunner().invoke(algo.dqn_command, ["--env", "ALE/Pong-v5", "--steps", "10"])
+    assert refused.exit_code != 0 and isinstance(refused.exception, RlbenchError)
+    message = str(refused.exception)
+    assert "'ALE/Pong-v5'" in message and "CartPole-v1, ALE/Breakout-v5" in message and "\n" not in message
+    assert "did you mean 'HalfCheetah-v5'" in str(pytest.raises(RlbenchError, algo.comparison_for, "ddpg",
+                                                                 "HalfCheetah-v4").value)
+    assert "--env" in CliRunner().invoke(algo.ddpg_command, ["--help"]).output
+
+
+@needs_atari
+def test_cleanrl_style_atari_loop_trains_on_frames_through_sb3s_frame_sharing_buffer(monkeypatch):
+    """A few hundred steps of the CleanRL-style dqn_atari loop with a small memory and an early start:
+    SB3's buffer as CleanRL builds it (each stacked observation stored once), the updates CleanRL's
+    schedule makes, and the fields every CleanRL-style loop reports."""
+    import stable_baselines3.common.buffers as sb3_buffers
+
+    from rlbench.bench.cleanrl_dqn_atari import CleanRLDQNAtariArgs, run
+
+    built, samples = [], []
+
+    class WatchedReplayBuffer(sb3_buffers.ReplayBuffer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append((self, kwargs))
+
+        def sample(self, batch_size, env=None):
+            samples.append(batch_size)
+            return super().sample(batch_size, env)
+
+    monkeypatch.setattr(sb3_buffers, "ReplayBuffer", WatchedReplayBuffer)
+    steps, starts = 300, 100
+    args = CleanRLDQNAtariArgs(total_timesteps=steps, learning_starts=starts, buffer_size=1_000, batch_size=8)
+    result = run(args, eval_episodes=1)
+
+    (memory, kwargs), = built
+    assert kwargs == {"optimize_memory_usage": True, "handle_timeout_termination": False}
+    assert not hasattr(memory, "next_observations")  # next_obs is the next slot's obs: each stack stored once
+    assert memory.observations.shape == (1_000, 1, 4, 84, 84) and memory.observations.dtype == np.uint8
+    assert memory.pos == steps and memory.observations[:steps].any() and not memory.observations[steps + 1:].any()
+    assert samples == [8] * sum(1 for step in range(starts + 1, steps) if step % args.train_frequency == 0)
+    assert set(result) == {"settings", "env_steps", "wall_s", "startup_s", "env_steps_per_s", "episode_returns",
+                           "evaluation"}  # what every CleanRL-style loop reports (cleanrl_dqn.loop_result)
+    assert result["env_steps"] == steps and result["env_steps_per_s"] > 0 and result["settings"]["batch_size"] == 8
+    # whole games' raw scores: at least one of Breakout's 5-life games ends within 300 agent steps of a
+    # mostly random policy, and its score counts bricks (never negative, whole numbers)
+    assert result["episode_returns"] and all(r >= 0 and r == int(r) for r in result["episode_returns"])
+    assert result["evaluation"]["episodes"] == 1

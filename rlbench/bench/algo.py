@@ -3,14 +3,22 @@
 settings, in the same process, one thread, runs alternating.
 
 Speed is never shown without learning: each side's final returns are printed beside its rate (the
-mean of its last training episodes and a greedy evaluation of its final policy). Both rates are
+mean of its last training episodes and an evaluation of its final policy). Both rates are
 steady rates: rlbench's from its first env step to its last (`throughput.steady_env_steps_per_s`),
 the CleanRL-style loop's from after its networks are built (CleanRL's own `start_time`) to its last
 step; each side's start-up before that is printed apart.
+
+One table of comparisons, chosen by algorithm and `--env`: DQN on CartPole-v1 (CleanRL's dqn.py) and
+on ALE/Breakout-v5 (dqn_atari.py: Atari frames, the Nature CNN, SB3's frame-sharing buffer); DDPG on
+Pendulum-v1 and HalfCheetah-v5 (ddpg_continuous_action.py). MinAtar has no comparison: CleanRL has no
+MinAtar script, so its settings would be this module's invention rather than a reference's; MinAtar's
+reference is its authors' examples/dqn.py (github.com/kenjyoung/MinAtar, read at 3f078e5: centered
+RMSprop, Huber loss, an update every step, a list of transitions as its memory), a different loop.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import statistics
 from dataclasses import dataclass
@@ -20,16 +28,24 @@ import click
 
 EVAL_EPISODES = 10
 LAST_EPISODES = 10
+TIME_SPLIT = ("env", "inference", "learner", "replay", "weights")  # where rlbench's loop spends its seconds
+CLEANRL_DDPG_LEARNING_STARTS = 25_000  # ddpg_continuous_action.py's (CleanRLDDPGArgs keeps issue #16's 1,000)
 
 
 @dataclass(frozen=True)
 class Comparison:
     algo: str
-    env: str
+    env: str  # rlbench's environment id
     cleanrl_file: str  # where CleanRL's settings come from
     departures: str  # settings that differ from CleanRL's defaults, and why
     rlbench_hyperparameters: Callable[[int], dict[str, Any]]  # total steps -> DQNConfig/DDPGConfig overrides
     cleanrl_run: Callable[[int, int], dict]  # (total steps, seed) -> rlbench.bench.cleanrl_dqn.loop_result
+    default_steps: int
+    steps_help: str  # how the default run of default_steps spends them
+    # what each side's returns count: (training episodes, evaluation) of the CleanRL-style loop; rlbench's
+    # training returns are what its environment's EnvSpec.returns says, its evaluation greedy on raw rewards
+    cleanrl_returns: tuple[str, str] = ("raw", "greedy")
+    cleanrl_imports: tuple[str, ...] = ()  # modules the CleanRL-style loop imports, imported before either side
 
 
 def dqn_hyperparameters(steps: int) -> dict[str, Any]:
@@ -48,6 +64,49 @@ def ddpg_hyperparameters(steps: int) -> dict[str, Any]:
             "tau": 0.005, "policy_delay": 2, "exploration_noise": 0.1, "publish_every": 1}
 
 
+def short_budget_start(cleanrl_learning_starts: int, steps: int) -> int:
+    """CleanRL's first learning step, or the end of the run's first tenth when that comes sooner: the
+    Atari and MuJoCo scripts learn from step 80,000 / 25,000 of runs of 10 M / 1 M, and a bench run
+    of a few thousand steps must spend most of them learning to measure learning's pace."""
+    return min(cleanrl_learning_starts, steps // 10)
+
+
+def dqn_atari_args(steps: int, seed: int = 1):
+    """CleanRL dqn_atari.py's Args for a run of `steps`: its defaults, learning from short_budget_start,
+    and a memory no larger than the run (one that never wraps behaves the same; 1 M stacked frames
+    would reserve 28 GB, more than this machine has)."""
+    from rlbench.bench.cleanrl_dqn_atari import CleanRLDQNAtariArgs
+
+    defaults = CleanRLDQNAtariArgs()
+    return CleanRLDQNAtariArgs(total_timesteps=steps, seed=seed,
+                               learning_starts=short_budget_start(defaults.learning_starts, steps),
+                               buffer_size=min(defaults.buffer_size, steps))
+
+
+def dqn_atari_hyperparameters(steps: int) -> dict[str, Any]:
+    """dqn_atari_args in rlbench's DQNConfig terms (the target period in learner updates: 1,000 env
+    steps / train every 4 = 250; CleanRL's network is the one rlbench chooses for 84x84x4 frames)."""
+    args = dqn_atari_args(steps)
+    return {"buffer_size": args.buffer_size, "batch_size": args.batch_size, "train_every": args.train_frequency,
+            "target_update_every": args.target_network_frequency // args.train_frequency, "tau": args.tau,
+            "learning_rate": args.learning_rate, "learning_starts": args.learning_starts, "gamma": args.gamma,
+            "loss": "mse", "max_grad_norm": 0.0, "double_dqn": False, "epsilon_start": args.start_e,
+            "epsilon_end": args.end_e, "exploration_steps": int(args.exploration_fraction * steps), "publish_every": 1}
+
+
+def ddpg_mujoco_args(steps: int, seed: int = 1):
+    """CleanRL ddpg_continuous_action.py's Args on HalfCheetah-v5: its defaults, learning from
+    short_budget_start (CleanRL: 25,000)."""
+    from rlbench.bench.cleanrl_ddpg import CleanRLDDPGArgs
+
+    return CleanRLDDPGArgs(env_id="HalfCheetah-v5", total_timesteps=steps, seed=seed,
+                           learning_starts=short_budget_start(CLEANRL_DDPG_LEARNING_STARTS, steps))
+
+
+def ddpg_mujoco_hyperparameters(steps: int) -> dict[str, Any]:
+    return {**ddpg_hyperparameters(steps), "learning_starts": ddpg_mujoco_args(steps).learning_starts}
+
+
 def _cleanrl_dqn(steps: int, seed: int) -> dict:
     from rlbench.bench.cleanrl_dqn import CleanRLDQNArgs, run
 
@@ -60,11 +119,54 @@ def _cleanrl_ddpg(steps: int, seed: int) -> dict:
     return run(CleanRLDDPGArgs(total_timesteps=steps, seed=seed), EVAL_EPISODES)
 
 
+def _cleanrl_dqn_atari(steps: int, seed: int) -> dict:
+    from rlbench.bench.cleanrl_dqn_atari import run
+
+    return run(dqn_atari_args(steps, seed), EVAL_EPISODES)
+
+
+def _cleanrl_ddpg_mujoco(steps: int, seed: int) -> dict:
+    from rlbench.bench.cleanrl_ddpg import run
+
+    return run(ddpg_mujoco_args(steps, seed), EVAL_EPISODES)
+
+
 DQN = Comparison("dqn", "CartPole-v1", "cleanrl/dqn.py", "none (CleanRL's defaults; total steps from --steps)",
-                 dqn_hyperparameters, _cleanrl_dqn)
+                 dqn_hyperparameters, _cleanrl_dqn, 30_000, "CleanRL starts learning at 10,000")
+DQN_ATARI = Comparison(
+    "dqn", "ALE/Breakout-v5", "cleanrl/dqn_atari.py",
+    "learning from min(80,000, steps/10) and a memory of min(1,000,000, steps) transitions, so a short run "
+    "mostly learns (see short_budget_start); CleanRL's BreakoutNoFrameskip-v4 on its side, ALE/Breakout-v5 as "
+    "rlbench makes it on rlbench's", dqn_atari_hyperparameters, _cleanrl_dqn_atari, 10_000,
+    "learning from the first tenth; CleanRL: 80,000",
+    ("the raw score of whole games (RecordEpisodeStatistics beneath EpisodicLifeEnv and ClipRewardEnv)",
+     "CleanRL's dqn_eval: training wrappers, epsilon 0.01, raw score of whole games"),
+    ("ale_py", "stable_baselines3.common.atari_wrappers", "stable_baselines3.common.buffers"))
 DDPG = Comparison("ddpg", "Pendulum-v1", "cleanrl/ddpg_continuous_action.py",
                   "Pendulum-v1 (CleanRL: Hopper-v4) and learning from step 1,000 (CleanRL: 25,000), as issue #16 "
-                  "sets the comparison", ddpg_hyperparameters, _cleanrl_ddpg)
+                  "sets the comparison", ddpg_hyperparameters, _cleanrl_ddpg, 6_000,
+                  "learning starts at 1,000")
+DDPG_MUJOCO = Comparison(
+    "ddpg", "HalfCheetah-v5", "cleanrl/ddpg_continuous_action.py",
+    "HalfCheetah-v5 (CleanRL: Hopper-v4) and learning from min(25,000, steps/10), so a short run mostly learns "
+    "(see short_budget_start)", ddpg_mujoco_hyperparameters, _cleanrl_ddpg_mujoco, 10_000,
+    "learning from the first tenth; CleanRL: 25,000")
+COMPARISONS = (DQN, DQN_ATARI, DDPG, DDPG_MUJOCO)
+
+
+def comparison_for(algo: str, env: str) -> Comparison:
+    """The comparison of `algo` on `env`, or a one-line refusal naming those that exist."""
+    import difflib
+
+    from rlbench.errors import RlbenchError
+
+    envs = {c.env: c for c in COMPARISONS if c.algo == algo}
+    if env in envs:
+        return envs[env]
+    close = difflib.get_close_matches(env, list(envs), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise RlbenchError(f"no {algo} comparison with CleanRL on {env!r}; {hint}{algo} is compared on: "
+                       f"{', '.join(envs)}")
 
 
 def run_rlbench(comparison: Comparison, steps: int, seed: int) -> dict[str, Any]:
@@ -80,12 +182,29 @@ def run_rlbench(comparison: Comparison, steps: int, seed: int) -> dict[str, Any]
     return {"env_steps": result["throughput"]["env_steps"],
             "env_steps_per_s": result["throughput"]["steady_env_steps_per_s"],
             "bookkeeping_s": split["bookkeeping"], "bookkeeping_share": split["bookkeeping_share"],
+            "time_split_s": {part: split[part] for part in TIME_SPLIT},
             "whole_run_env_steps_per_s": result["throughput"]["env_steps_per_s"],
             "startup_s": result["timing"]["startup_s"],
             "episode_returns": [point["return"] for point in result["learning_curve"]],
             "evaluation": result["evaluation"], "hyperparameters": result["hyperparameters"],
             "latency_us": {name: {key: summary[key] for key in ("count", "mean", "p50")}
                            for name, summary in result["latency"].items()}}
+
+
+def _rlbench_returns(env_id: str) -> tuple[str, str]:
+    """What rlbench's training and evaluation returns count on `env_id`, read from the environment it
+    makes (EnvSpec.returns; capabilities.evaluation_mode: evaluation episodes on the raw score)."""
+    from rlbench.plugins import get_registry
+
+    component = get_registry().get("environment", env_id)
+    env = component.create(num_envs=1, seed=0)
+    try:
+        training = env.spec.returns
+    finally:
+        env.close()
+    evaluation = "greedy" + (", the environment's evaluation mode (raw score)"
+                             if component.capabilities.evaluation_mode else "")
+    return training, evaluation
 
 
 def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict[str, Any]:
@@ -95,12 +214,15 @@ def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict
     from rlbench.machine_state import watch
 
     threads = pin_one_thread()
-    import gymnasium
     import torch
 
     # One-time imports before either side starts, so that neither's start-up pays for them: the
-    # environment's module, and torch._dynamo, which the first optimizer built in a process imports (seconds).
-    gymnasium.make(comparison.env).close()
+    # environment's modules (gymnasium, ale_py, mujoco: its environment made once through rlbench's
+    # registry, which also says what its training returns count), the CleanRL-style loop's own
+    # (stable-baselines3), and torch._dynamo, which the first optimizer built in a process imports (seconds).
+    rlbench_returns = _rlbench_returns(comparison.env)
+    for module in comparison.cleanrl_imports:
+        importlib.import_module(module)
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
     runs: dict[str, list[dict]] = {"cleanrl": [], "rlbench": []}
@@ -117,8 +239,11 @@ def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict
             last = r.pop("episode_returns")[-LAST_EPISODES:]
             r["last_episodes"] = len(last)
             r["last_episodes_mean_return"] = sum(last) / len(last) if last else None
+    cleanrl_training, cleanrl_evaluation = comparison.cleanrl_returns
     return {"algo": comparison.algo, "env": comparison.env, "steps": steps, "repeats": repeats, "seed": seed,
             "threads": threads,
+            "returns": {"cleanrl": {"training": cleanrl_training, "evaluation": cleanrl_evaluation},
+                        "rlbench": {"training": rlbench_returns[0], "evaluation": rlbench_returns[1]}},
             "settings_from": f"CleanRL {comparison.cleanrl_file}'s Args defaults (github.com/vwxyzjn/cleanrl, read at fe8d8a0)",
             "departures_from_cleanrl": comparison.departures,
             "cleanrl_settings": runs["cleanrl"][0]["settings"],
@@ -140,13 +265,15 @@ def format_report(report: dict[str, Any]) -> str:
              "# steady env steps/s: rlbench from its first env step, the CleanRL-style loop from after building its "
              "networks (as CleanRL's clock); start-up apart: before that (environment, memory, networks; torch, "
              "gymnasium and torch._dynamo were imported before either side)",
-             f"# returns: mean of the last {LAST_EPISODES} training episodes, and greedy evaluation over "
-             f"{EVAL_EPISODES} episodes",
+             f"# returns: mean of the last {LAST_EPISODES} training episodes, and an evaluation over {EVAL_EPISODES} "
+             "episodes, of:",
+             *(f"#   {side + ('-style' if side == 'cleanrl' else '')}: training returns: {counted['training']}; "
+               f"evaluation: {counted['evaluation']}" for side, counted in report["returns"].items()),
              summary_line(report["machine_state"]),
              "# loop s: the steady loop's seconds; bookkeeping: what of rlbench's loop is rlbench's own (not env, "
              "inference, learner, replay or weights), beside the CleanRL-style loop's whole loop",
              f"{'side':<14} {'run':>3} {'steady steps/s':>14} {'start-up s':>10} {'loop s':>8} {'bookkeeping':>15} "
-             f"{'last-episodes return':>21} {'greedy eval return':>19}"]
+             f"{'last-episodes return':>21} {'eval return':>19}"]
     for side in ("cleanrl", "rlbench"):
         for i, r in enumerate(report["runs"][side]):
             last = r["last_episodes_mean_return"]
@@ -158,6 +285,9 @@ def format_report(report: dict[str, Any]) -> str:
                          f"{r['startup_s']:>10.2f} {loop_s:>8.2f} {bookkeeping:>15} "
                          f"{'n/a' if last is None else f'{last:.1f}':>21} "
                          f"{'n/a' if evaluation is None else format(evaluation['mean_return'], '.1f'):>19}")
+    for i, r in enumerate(report["runs"]["rlbench"]):
+        lines.append(f"# rlbench run {i}, seconds in: " + ", ".join(f"{part} {seconds:.2f}"
+                                                                  for part, seconds in r["time_split_s"].items()))
     medians = report["steady_env_steps_per_s"]
     lines.append(f"median steady env steps/s: rlbench {medians['rlbench']:.1f}, cleanrl-style {medians['cleanrl']:.1f}: "
                  f"rlbench/cleanrl = {report['ratio_rlbench_to_cleanrl']:.2f}x; run by run (each pair back to back): "
@@ -166,20 +296,27 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _command(comparison: Comparison, default_steps: int, steps_help: str) -> click.Command:
-    @click.command(comparison.algo, help=f"{comparison.algo.upper()} on {comparison.env} with CleanRL's settings: "
+def _command(algo: str) -> click.Command:
+    comparisons = [c for c in COMPARISONS if c.algo == algo]
+    steps_help = "env steps per run; by default " + "; ".join(f"{c.env}: {c.default_steps:,} ({c.steps_help})"
+                                                               for c in comparisons)
+
+    @click.command(algo, help=f"{algo.upper()} with CleanRL's settings on {', '.join(c.env for c in comparisons)}: "
                    "rlbench vs a CleanRL-style loop, steady env steps/s and returns, one thread.")
-    @click.option("--steps", default=default_steps, show_default=True, type=click.IntRange(min=1), help=steps_help)
+    @click.option("--env", "env_id", default=comparisons[0].env, show_default=True,
+                  help="the environment; one with a comparison: " + ", ".join(c.env for c in comparisons))
+    @click.option("--steps", type=click.IntRange(min=1), help=steps_help)
     @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
                   help="alternating runs of each; medians are compared")
     @click.option("--seed", default=1, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="print the measurements as JSON")
-    def command(steps: int, repeats: int, seed: int, as_json: bool) -> None:
-        report = compare(comparison, steps, repeats, seed)
+    def command(env_id: str, steps: int | None, repeats: int, seed: int, as_json: bool) -> None:
+        comparison = comparison_for(algo, env_id)
+        report = compare(comparison, steps or comparison.default_steps, repeats, seed)
         click.echo(json.dumps(report, indent=2, default=str) if as_json else format_report(report))
 
     return command
 
 
-dqn_command = _command(DQN, 30_000, "env steps per run (CleanRL starts learning at 10,000)")
-ddpg_command = _command(DDPG, 6_000, "env steps per run (learning starts at 1,000)")
+dqn_command = _command("dqn")
+ddpg_command = _command("ddpg")

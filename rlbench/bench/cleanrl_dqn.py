@@ -16,7 +16,8 @@ leaves out: tensorboard logging and model saving (I/O, not compute). One change 
 `infos`, as it did with the gymnasium 0.29 CleanRL was written for.
 
 The SB3-style buffer, the episode-return bookkeeping and the greedy evaluation here are shared with
-the DDPG loop (rlbench.bench.cleanrl_ddpg).
+the DDPG loop (rlbench.bench.cleanrl_ddpg); the last two and the epsilon schedule with the Atari loop
+(rlbench.bench.cleanrl_dqn_atari).
 """
 
 from __future__ import annotations
@@ -109,14 +110,16 @@ def finished_returns(infos: dict) -> list[float]:
     return [float(r) for r, done in zip(finished["episode"]["r"], finished["_episode"]) if done]
 
 
-def evaluate_greedy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int) -> dict[str, float]:
+def evaluate_greedy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int,
+                    make_envs: Callable[[str, int], Any] = make_vector_env) -> dict[str, float]:
     """Mean and spread of `episodes` returns of the greedy policy `act` (observation batch -> actions)
-    on a fresh env, seeded as rlbench's own evaluation is (seed + rlbench.runner.EVAL_SEED_OFFSET)."""
+    on a fresh env from `make_envs` (the loop's own make_env), seeded as rlbench's own evaluation is
+    (seed + rlbench.runner.EVAL_SEED_OFFSET)."""
     import torch
 
     from rlbench.runner import EVAL_SEED_OFFSET
 
-    envs = make_vector_env(env_id, seed + EVAL_SEED_OFFSET)
+    envs = make_envs(env_id, seed + EVAL_SEED_OFFSET)
     returns: list[float] = []
     obs, _ = envs.reset(seed=seed + EVAL_SEED_OFFSET)
     with torch.no_grad():
