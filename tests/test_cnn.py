@@ -53,9 +53,13 @@ def test_the_spec_picks_the_network_and_its_weights_come_out_in_weight_shapes_or
     cartpole = EnvSpec("CartPole-v1", 1, (4,), "float32", "discrete", n_actions=2)
     assert q_network(cartpole, DQN.Config(hidden_sizes=(8,))) == [4, 8, 2]
     for network in (nature_cnn((4, 84, 84), 4), minatar_cnn((4, 10, 10), 3)):
-        weights = export_weights(conv_net(network))
+        module = conv_net(network)
+        weights = export_weights(module)
         assert [w.shape for w in weights] == network.weight_shapes()
-        assert all(w.dtype == np.float32 and w.flags.c_contiguous for w in weights)
+        parameters = [p.detach().numpy() for p in module.parameters()]
+        for w, p in zip(weights, parameters):  # copies (the learner trains its own in place), dense W as (in, out)
+            assert w.dtype == np.float32 and not np.shares_memory(w, p)
+            assert np.array_equal(w, p.T if w.ndim == 2 else p)
         assert sum(w.size for w in weights) == network.parameters()
     nature = nature_cnn((4, 84, 84), 4)
     assert nature.flat_features == 3136 and nature.parameters() == 1_686_180  # CleanRL's QNetwork, Breakout's 4 actions

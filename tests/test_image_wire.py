@@ -20,7 +20,8 @@ from rlbench import get_registry, plugins
 from rlbench.config import RunConfig
 from rlbench.errors import InvalidCombinationError
 from rlbench.hookspecs import hookimpl
-from rlbench.kit.access import image_transitions, replay_node
+from rlbench.kit.access import replay_node
+from rlbench.kit.bench import image_transitions
 from rlbench.kit.networks import nature_cnn
 from rlbench.protocols import EnvSpec, TransportCapabilities
 from rlbench.runtime import transitions

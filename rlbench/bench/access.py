@@ -117,7 +117,8 @@ def measure_image(name: str, options: dict[str, Any], replay: str, batch_size: i
     """Image INSERTs and SAMPLEs on a frame-storing node, each beside a stream of messages of the size
     it carries (counted by the clients' links) over `wire` (rlbench.kit.access.Wire): blocks of each
     alternate, pooled."""
-    from rlbench.kit.access import image_transitions, replay_node
+    from rlbench.kit.access import replay_node
+    from rlbench.kit.bench import image_transitions
 
     chunks = [image_transitions(IMAGE_INSERT_ROWS, seed=seed) for seed in range(IMAGE_STORED // IMAGE_INSERT_ROWS)]
     per_block = max(1, requests // BLOCKS)

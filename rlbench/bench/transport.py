@@ -31,10 +31,10 @@ ECHO, _SINK, _FINISH, _SAMPLE, QUIT = b"e", b"s", b"f", b"b", b"q"
 
 
 def image_batch(rows: int = IMAGE_BATCH_ROWS) -> list[Any]:
-    """The parts of a BATCH message of `rows` stacked Atari transitions (rlbench.kit.access.image_transitions)."""
+    """The parts of a BATCH message of `rows` stacked Atari transitions (rlbench.kit.bench.image_transitions)."""
     import numpy as np
 
-    from rlbench.kit.access import image_transitions
+    from rlbench.kit.bench import image_transitions
     from rlbench.runtime.distributed import messages
 
     batch = {**image_transitions(rows, seed=0), "indices": np.arange(rows, dtype=np.int64),

@@ -40,7 +40,7 @@ class NumpyMLP:
 
     def load(self, weights: Sequence[np.ndarray], version: int) -> None:
         check_mlp_weights(self.layer_sizes, weights)
-        self._layers = [(np.array(weights[i], dtype=np.float32, order="C"),
+        self._layers = [(np.array(weights[i], dtype=np.float32, order="K"),  # a copy in the order given: matmul reads either
                          np.array(weights[i + 1], dtype=np.float32))
                         for i in range(0, len(weights), 2)]
         self._version = int(version)
@@ -72,7 +72,9 @@ class NumpyConvNet:
     multiple of its stride (Nature's 8/4 and 4/2) runs as a stride-1 one on the space-to-depth input
     (s x s blocks folded into channels): its im2col copies runs of s*s*C floats instead of C (~15 % of a
     Nature forward). `load` rearranges the published weights to match, once: the input scale folded
-    into the first kernel, the first dense layer's rows from torch's (C, H, W) flatten order to (H, W, C).
+    into the first kernel. The last convolution's output goes back to torch's (C, H, W) order before the
+    dense layers (a few KB per observation) so that their weights load as published: permuting the
+    first dense layer's 6.4 MB of rows on every load cost more than the forward pass.
     """
 
     def __init__(self, network: ConvNetSpec) -> None:
@@ -103,14 +105,9 @@ class NumpyConvNet:
                 w = w.transpose(2, 3, 1, 0)
             convs.append((np.array(w.reshape(-1, out), dtype=np.float32, order="C"),
                           np.array(weights[2 * i + 1], dtype=np.float32), kernel, stride, space_to_depth))
-        height, width = network.conv_output_hw()
-        channels = network.convs[-1][0]
-        dense = []
-        for j, i in enumerate(range(2 * len(network.convs), len(weights), 2)):
-            w = np.asarray(weights[i], dtype=np.float32)
-            if j == 0:
-                w = w.reshape(channels, height, width, -1).transpose(1, 2, 0, 3).reshape(channels * height * width, -1)
-            dense.append((np.array(w, dtype=np.float32, order="C"), np.array(weights[i + 1], dtype=np.float32)))
+        # dense layers as published (a copy in the order given: matmul reads either)
+        dense = [(np.array(weights[i], dtype=np.float32, order="K"), np.array(weights[i + 1], dtype=np.float32))
+                 for i in range(2 * len(network.convs), len(weights), 2)]
         self._convs, self._dense = convs, dense
         self._version = int(version)
 
@@ -138,7 +135,7 @@ class NumpyConvNet:
             y += b
             np.maximum(y, 0.0, out=y)
             x = y.reshape(batch, out_h, out_w, -1)
-        x = x.reshape(batch, -1)
+        x = x.transpose(0, 3, 1, 2).reshape(batch, -1)  # torch's (C, H, W) flatten order, as the dense weights are
         last = len(self._dense) - 1
         for i, (w, b) in enumerate(self._dense):
             x = x @ w

@@ -30,7 +30,7 @@ splits it into the wire's share (the transport's own round trip of a message of 
 echo with nothing of rlbench's on either side), the node's own (its handling time less the memory
 operation), the memory operation's, and the client's remainder (its codec and bookkeeping).
 
-Image payloads: `image_transitions(rows, seed)` are stacked uint8 frames as an Atari run's actor
+Image payloads: `rlbench.kit.bench.image_transitions(rows, seed)` are stacked uint8 frames as an Atari run's actor
 produces them (4 x 84 x 84 by default, episodes ending now and then); `replay_node(..., frames=4)`
 makes the actor's INSERTs carry each frame once and the node's memory store each frame once, as an
 image run's do. `wire.stream(size, seconds)` (the echo's second use) is the transport's raw
@@ -211,39 +211,6 @@ def wire_echo(transport: str, *, transport_options: dict[str, Any] | None = None
         finally:
             connection.send(QUIT)
             connection.close()
-
-
-def image_transitions(rows: int, seed: int, *, frame_shape: tuple[int, ...] = (84, 84), stack: int = 4,
-                      episode_steps: tuple[int, int] = (20, 200)) -> dict[str, Any]:
-    """`rows` consecutive transitions of an image run's actor (one environment): observations of
-    `stack` uint8 frames on axis 0 (Atari's 4 x 84 x 84 by default; stack 1: the frame itself), a
-    new random frame each step, next_obs its obs shifted by one frame, and an episode ending every
-    `episode_steps` steps or so (done = 1), after which a fresh stack of the reset frame begins."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    frames = rng.integers(0, 256, (2 * rows + 2, *frame_shape), dtype=np.uint8)  # at most 2 new per row
-    obs = np.empty((rows, stack, *frame_shape), dtype=np.uint8)
-    next_obs = np.empty_like(obs)
-    done = np.zeros(rows, dtype=np.float32)
-    used = 0
-    window = np.repeat(frames[:1], stack, axis=0)  # the reset frame, stacked
-    left = int(rng.integers(*episode_steps))
-    for row in range(rows):
-        used += 1
-        obs[row] = window
-        window = np.concatenate([window[1:], frames[used:used + 1]])
-        next_obs[row] = window
-        left -= 1
-        if left == 0:
-            done[row] = 1.0
-            used += 1
-            window = np.repeat(frames[used:used + 1], stack, axis=0)
-            left = int(rng.integers(*episode_steps))
-    if stack == 1:
-        obs, next_obs = obs[:, 0], next_obs[:, 0]
-    return {"obs": obs, "action": rng.integers(0, 18, rows, dtype=np.int64),
-            "reward": rng.integers(-1, 2, rows).astype(np.float32), "next_obs": next_obs, "done": done}
 
 
 def message_bytes(op: str, transitions: Mapping[str, Any]) -> int:

@@ -420,3 +420,36 @@ class Sb3Frames:
         data = self._buffer.sample(batch_size)
         return Sample(None, {"obs": data.observations, "action": data.actions, "reward": data.rewards,
                              "next_obs": data.next_observations, "done": data.dones}, None)
+
+
+def image_transitions(rows: int, seed: int, *, frame_shape: tuple[int, ...] = (84, 84), stack: int = 4,
+                      episode_steps: tuple[int, int] = (20, 200)) -> dict[str, Any]:
+    """`rows` consecutive transitions of an image run's actor (one environment): observations of
+    `stack` uint8 frames on axis 0 (Atari's 4 x 84 x 84 by default; stack 1: the frame itself), a
+    new random frame each step, next_obs its obs shifted by one frame, and an episode ending every
+    `episode_steps` steps or so (done = 1), after which a fresh stack of the reset frame begins."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 256, (2 * rows + 2, *frame_shape), dtype=np.uint8)  # at most 2 new per row
+    obs = np.empty((rows, stack, *frame_shape), dtype=np.uint8)
+    next_obs = np.empty_like(obs)
+    done = np.zeros(rows, dtype=np.float32)
+    used = 0
+    window = np.repeat(frames[:1], stack, axis=0)  # the reset frame, stacked
+    left = int(rng.integers(*episode_steps))
+    for row in range(rows):
+        used += 1
+        obs[row] = window
+        window = np.concatenate([window[1:], frames[used:used + 1]])
+        next_obs[row] = window
+        left -= 1
+        if left == 0:
+            done[row] = 1.0
+            used += 1
+            window = np.repeat(frames[used:used + 1], stack, axis=0)
+            left = int(rng.integers(*episode_steps))
+    if stack == 1:
+        obs, next_obs = obs[:, 0], next_obs[:, 0]
+    return {"obs": obs, "action": rng.integers(0, 18, rows, dtype=np.int64),
+            "reward": rng.integers(-1, 2, rows).astype(np.float32), "next_obs": next_obs, "done": done}

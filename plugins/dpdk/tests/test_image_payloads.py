@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from rlbench.kit.access import image_transitions, replay_node
+from rlbench.kit.access import replay_node
+from rlbench.kit.bench import image_transitions
 from rlbench.kit.networks import nature_cnn
 
 FIELDS = ("obs", "action", "reward", "next_obs", "done")
