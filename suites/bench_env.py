@@ -1,14 +1,19 @@
 """Environments: steps per second of a batch of `num_envs` environments (same-step auto-reset) under
-uniformly random actions drawn beforehand, so the figure is the environment's own cost."""
+uniformly random actions drawn beforehand, so the figure is the environment's own cost.
+
+RLBENCH_ASV_MATRIX=quick (the default) steps rlbench.bench.matrix.QUICK_ENVIRONMENTS (the classic ones, and
+of Atari, MinAtar and MuJoCo the games the matrix trains on); RLBENCH_ASV_MATRIX=full steps them all."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from .common import lookup, registry, unavailable
+from .common import full_matrix, lookup, registry, unavailable
 
-from rlbench.bench.matrix import ENVIRONMENTS
+from rlbench.bench.matrix import ENVIRONMENTS, QUICK_ENVIRONMENTS
+
+OUTSIDE_QUICK = "outside the quick subset (rlbench.bench.matrix.QUICK_ENVIRONMENTS; RLBENCH_ASV_MATRIX=full steps it)"
 
 NUM_ENVS = ("1", "8")
 SECONDS = 0.2  # stepping time per environment and batch size
@@ -50,12 +55,13 @@ class Step:
 
     def setup_cache(self) -> dict[str, Any]:
         skipped = unavailable("environment")
+        chosen = ENVIRONMENTS if full_matrix() else QUICK_ENVIRONMENTS
         cache: dict[str, Any] = {}
         for name in ENVIRONMENTS:
             for num_envs in NUM_ENVS:
                 key = f"{name}/{num_envs}"
-                if name in skipped:
-                    cache[key] = {"skipped": skipped[name]}
+                if name in skipped or name not in chosen:
+                    cache[key] = {"skipped": skipped.get(name, OUTSIDE_QUICK)}
                     continue
                 try:
                     env = registry().get("environment", name).create(num_envs=int(num_envs), seed=0)

@@ -1,10 +1,22 @@
-"""What every suite shares: the fixed component lists and why a listed component cannot run here."""
+"""What every suite shares: the fixed component lists, why a listed component cannot run here, and
+whether this run is quick or full."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rlbench.bench.matrix import COMPONENTS
+
+MATRIX_VARIABLE = "RLBENCH_ASV_MATRIX"
+
+
+def full_matrix() -> bool:
+    """RLBENCH_ASV_MATRIX=full (every cell of the grids) or quick (the default: their fixed quick subsets)."""
+    matrix = os.environ.get(MATRIX_VARIABLE, "quick")
+    if matrix not in ("quick", "full"):
+        raise ValueError(f"{MATRIX_VARIABLE} must be quick or full, not {matrix!r}")
+    return matrix == "full"
 
 
 def registry() -> Any:

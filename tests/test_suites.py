@@ -5,6 +5,7 @@ Chromium draws offline (screenshot kept at results/asv-dashboard.png)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -52,16 +53,21 @@ def test_suite_parameters_are_plain_strings_from_the_fixed_lists():
         from suites import bench_compute, bench_e2e, bench_env, bench_replay, bench_transport
     finally:
         sys.path.remove(str(ROOT))
+    end_to_end = (bench_e2e.ReplayLoop, bench_e2e.Tabular, bench_e2e.Workloads)
     for cls in (bench_transport.Transport, bench_replay.Replay, bench_compute.Inference, bench_compute.LearnerUpdate,
-                bench_compute.TabularUpdate, bench_env.Step, bench_e2e.ReplayLoop, bench_e2e.Tabular):
+                bench_compute.TabularUpdate, bench_env.Step, *end_to_end):
         assert len(cls.params) == len(cls.param_names)
         assert all(isinstance(value, str) for values in cls.params for value in values), cls.__name__
     assert bench_transport.Transport.params[0] == list(matrix.TRANSPORTS)
     assert bench_replay.Replay.params[0] == list(matrix.REPLAYS)
     assert bench_env.Step.params[0] == list(matrix.ENVIRONMENTS)
-    grid = {cell.label for cell in matrix.replay_loop_cells() + matrix.tabular_cells()}
-    assert len(grid) == math.prod(map(len, bench_e2e.ReplayLoop.params)) + math.prod(map(len, bench_e2e.Tabular.params))
+    assert set(matrix.QUICK_ENVIRONMENTS) <= set(matrix.ENVIRONMENTS)
+    grid = {cell.label for cell in matrix.grid()}
+    assert len(grid) == sum(math.prod(map(len, cls.params)) for cls in end_to_end)
     assert {cell.label for cell in matrix.QUICK} <= grid
+    # the dashboard's existing series keep their keys: the classic rows are named by their algorithm
+    assert bench_e2e.ReplayLoop.params[0] == ["dqn", "ddpg"] and bench_e2e.ReplayLoop.param_names[0] == "algo"
+    assert matrix.Cell("dqn", "local", "inproc", "prioritized", "cpu").label == "dqn/local/inproc/prioritized/cpu"
 
 
 def test_matrix_skips_with_the_validators_own_message():
@@ -82,6 +88,64 @@ def test_quick_cells_are_never_refused_as_invalid_combinations():
     for cell in matrix.QUICK:
         reason = matrix.skip_reason(cell, registry)
         assert reason is None or "unavailable" in reason or "not registered" in reason, (cell.label, reason)
+
+
+def test_the_real_workloads_are_rows_whose_invalid_cells_skip_with_the_validators_reason():
+    """Atari, MinAtar and MuJoCo in the grid: their cells run where the CLI would run them, and the
+    others (a backend without convolutions under frames, an in-process transport across processes) are
+    skipped with the validator's own message. No run needed."""
+    registry = get_registry()
+    families = {name: registry.get("environment", matrix.WORKLOADS[name].env).capabilities.family
+                for name in matrix.REAL_WORKLOADS}
+    assert families == {"dqn-minatar-breakout": "minatar", "dqn-atari-breakout": "atari",
+                        "ddpg-mujoco-halfcheetah": "mujoco"}
+    runnable: dict[str, int] = {}
+    for cell in matrix.replay_loop_cells(matrix.REAL_WORKLOADS):
+        reason = matrix.skip_reason(cell, registry)
+        if reason is None:
+            validate(cell.run_config(), registry)  # what the matrix runs, the CLI accepts
+            runnable[cell.workload] = runnable.get(cell.workload, 0) + 1
+        elif "not registered" not in reason and "uses no transport" not in reason:
+            with pytest.raises(RlbenchError) as refused:
+                validate(cell.run_config(), registry)
+            assert reason == str(refused.value), cell.label
+        image = families[cell.workload] != "mujoco"
+        measured = cell.placement != "local" or cell.transport == matrix.LOCAL_TRANSPORT
+        if image and measured and cell.compute in ("fpga", "upmem") and cell.compute in registry.names("compute"):
+            assert reason is not None and "convolutional network" in reason, (cell.label, reason)
+    for name in matrix.REAL_WORKLOADS:
+        local_cpu = matrix.Cell(name, "local", "inproc", "prioritized", "cpu")
+        reason = matrix.skip_reason(local_cpu, registry)
+        assert reason is None or "unavailable" in reason, (local_cpu.label, reason)
+        if reason is None:  # its package is installed: the job runs under every placement here
+            assert runnable[name] >= 1 + 2 * 2, (name, runnable)  # local, server and in-network over shm and tcp
+        workload = matrix.WORKLOADS[name]
+        assert workload.threshold is None and workload.no_threshold  # said in the table, NaN in the results
+        assert workload.hyperparameters["learning_starts"] < workload.steps
+        assert workload.hyperparameters["buffer_size"] <= workload.steps  # not the preset's 1 M frames
+        assert workload.env in matrix.QUICK_ENVIRONMENTS
+
+
+def test_a_short_image_cell_runs_through_the_matrix(monkeypatch):
+    """MinAtar DQN through the matrix's own path (run_cells, measure, the table), on a budget of a few
+    hundred steps instead of the workload's: the CNN learns from frames the memory stores once."""
+    registry = get_registry()
+    cell = matrix.Cell("dqn-minatar-breakout", "local", "inproc", "prioritized", "cpu")
+    reason = matrix.skip_reason(cell, registry)
+    if reason is not None:
+        pytest.skip(reason)
+    workload = matrix.WORKLOADS[cell.workload]
+    short = dataclasses.replace(workload, steps=400, hyperparameters={
+        **workload.hyperparameters, "learning_starts": 100, "buffer_size": 400, "exploration_steps": 200})
+    monkeypatch.setitem(matrix.WORKLOADS, cell.workload, short)
+    outcomes = matrix.run_cells([cell], lambda c: True)
+    metrics = outcomes[cell.label]["metrics"]
+    assert metrics["env_steps_per_s"] > 0 and metrics["updates_per_s"] > 0  # (400 - 100) / 4 updates
+    assert math.isnan(metrics["time_to_threshold_s"])  # no threshold: NaN, never a number
+    table = matrix.format_table([cell], outcomes, matrix.SEED)
+    assert "dqn-minatar-breakout: dqn on MinAtar/Breakout-v1, 400 steps; no threshold: " in table
+    row = next(line for line in table.splitlines() if line.startswith("dqn-minatar-breakout "))
+    assert row.split()[-1] == "-" and row.split()[6] == "1.00", row  # its own local-cpu baseline
 
 
 def test_time_to_threshold_uses_the_moving_window():

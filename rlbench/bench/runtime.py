@@ -1,4 +1,5 @@
-"""End-to-end runtime benchmarks: placement (local / server / in-network) and actor scaling.
+"""End-to-end runtime benchmarks: placement (local / server / in-network) and actor scaling (on any
+environment: with images, every actor runs the CNN).
 
 Both run the real runner on the same job in one invocation and print peers side by side.
 `placement` also says where each replay operation's time went: the transport's own round trip of
@@ -8,7 +9,9 @@ handling and the memory operation inside it (the node's histograms), and the res
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 import click
 
@@ -247,45 +250,172 @@ def placement_command(transport: str, replay: str, steps: int, actors: int, seed
             else f"off ({fast.get('why', 'not reported')})"))
 
 
-@click.command("actors")
-@click.option("--transport", default="shm", show_default=True)
-@click.option("--placement", type=click.Choice(["server", "in-network"]), default="server", show_default=True)
-@click.option("--max-actors", type=int, default=4, show_default=True)
-@click.option("--steps-per-actor", type=int, default=60000, show_default=True)
-@click.option("--train-every", type=int, default=512, show_default=True,
-              help="env steps per learner batch of 32: the rate limiter's samples-per-insert is 32 / this")
-@click.option("--publish-every", type=int, default=8, show_default=True, help="learner updates per weight publication")
-@click.option("--json", "as_json", is_flag=True)
-def actors_command(transport: str, placement: str, max_actors: int, steps_per_actor: int, train_every: int,
-                   publish_every: int, as_json: bool) -> None:
-    """Env steps/s against the number of actor processes, with the learner rate-limited to a light
-    load, so the actors are the bottleneck (EMC2'20's sweep).
+CLASSIC_STEPS_PER_ACTOR = 60_000  # CartPole's: ~10,000 env steps/s per actor here
+PRESET_STEPS_PER_ACTOR = 4_000  # a job at its real size: an Atari actor steps a few hundred a second here (~3 min
+# for 1 to 3 actors)
+ACTING_EPSILON = 0.01  # the short run's actors act on the network's Q-values 99 % of the time, as a trained agent's
 
-    On a 2-core machine every cycle the learner and the replay node spend is taken from the actors:
-    a DQN update costs ~1.3 ms of torch here, so one batch per 256 env steps alone takes ~0.2 of a
-    core at 2 actors' pace. The default, one batch per 512 steps, keeps the learner light."""
+
+def has_preset(algorithm: Any, family: str) -> bool:
+    """Whether the algorithm brings settings for the environment's family (sized for millions of steps)."""
+    return family in getattr(algorithm, "presets", {})
+
+
+def actor_job(algorithm: Any, family: str, total_steps: int, train_every: int, publish_every: int) -> dict[str, Any]:
+    """The bench's job: the learner light, so the actors are the bottleneck. Over a family's preset, also
+    a memory of the run's size (not the preset's 1 M) and greedy acting: an Atari preset's epsilon stays
+    ~1 for a short run's whole length, and its actors would never run their network."""
     hp = {"learning_starts": 500, "batch_size": 32, "train_every": train_every, "publish_every": publish_every}
+    if has_preset(algorithm, family):
+        hp["buffer_size"] = total_steps
+        if "epsilon_start" in {f.name for f in dataclasses.fields(algorithm.Config)}:
+            hp.update(epsilon_start=ACTING_EPSILON, epsilon_end=ACTING_EPSILON)
+    return hp
+
+
+def _role_time(result: dict) -> dict[str, dict[str, float]]:
+    """Where each role's time went: the actors' (summed) wall seconds per env step in env, inference,
+    replay (blocked on the node), weights and bookkeeping (CPU outside those), and the share of their
+    windows spent off the CPU; the learner's and the replay node's shares of their windows."""
+    splits, roles = result["loop"].get("time_split") or {}, result["loop"].get("roles") or {}
+    actors = [name for name in splits if name.startswith("actor-")]
+    steps = sum(roles[name]["produced"] for name in actors) or 1
+    window = sum(splits[name]["window_s"] for name in actors) or float("nan")
+    out = {"actors_us_per_step": {part: 1e6 * sum(splits[name][part] for name in actors) / steps
+                                  for part in ("env", "inference", "replay", "weights", "bookkeeping")},
+           "actors_off_cpu_share": sum(splits[name]["waiting"] for name in actors) / window}
+    learner, node = splits.get("learner", {}), splits.get("replay", {})
+    if learner.get("window_s"):
+        out["learner_share"] = {part: learner[part] / learner["window_s"]
+                                for part in ("learner", "replay", "weights", "waiting")}
+    if node.get("window_s"):
+        out["node_share"] = {part: node[part] / node["window_s"] for part in ("replay", "bookkeeping", "idle")}
+    return out
+
+
+def actor_sweep(env: str, algo: str, transport: str, placement: str, replay: str | None, max_actors: int,
+                steps_per_actor: int | None, train_every: int, publish_every: int) -> dict[str, Any]:
+    """Runs with 1 .. max_actors actors against one learner: the job, its settings, a row per count."""
+    from rlbench.config import RunConfig
+    from rlbench.errors import RlbenchError
+    from rlbench.plugins import get_registry
+    from rlbench.validate import DEFAULT_REPLAY, validate
+
+    registry = get_registry()
+    algorithm = registry.get("algorithm", algo).create()
+    family = registry.get("environment", env).capabilities.family
+    preset = has_preset(algorithm, family)
+    if steps_per_actor is None:
+        steps_per_actor = PRESET_STEPS_PER_ACTOR if preset else CLASSIC_STEPS_PER_ACTOR
+    hp = actor_job(algorithm, family, steps_per_actor * max_actors, train_every, publish_every)
+    for actors in (1, max_actors):  # refused before the first run, with the validator's reason
+        validate(RunConfig(algo=algo, env=env, placement=placement, transport=transport, replay=replay, actors=actors,
+                           steps=steps_per_actor * actors, eval_episodes=0, hyperparameters=dict(hp)), registry)
     rows = []
     for actors in range(1, max_actors + 1):
-        result = _run(placement=placement, transport=transport, actors=actors, steps=steps_per_actor * actors,
-                      hyperparameters=dict(hp))
+        result = _run(algo=algo, env=env, placement=placement, transport=transport, replay=replay, actors=actors,
+                      steps=steps_per_actor * actors, hyperparameters=dict(hp))
+        if result["status"] != "complete":
+            raise RlbenchError(f"the run with {actors} actor(s) ended {result['status']}: {result['status_reason']}")
         actor_roles = [r for name, r in result["loop"]["roles"].items() if name.startswith("actor-")]
         rows.append({"actors": actors, "env_steps_per_s": result["loop"]["steady_env_steps_per_s"],
                      "with_start_up": result["throughput"]["env_steps_per_s"],
                      "actor_cpu_s": sum(r["cpu_s"] for r in actor_roles),
                      "achieved_samples_per_insert": result["loop"]["rate_limiter"]["samples_per_insert_achieved"],
-                     "status": result["status"]})
+                     "status": result["status"], "role_time": _role_time(result),
+                     "machine_state": result.get("machine_state", {})})
     base = rows[0]["env_steps_per_s"]
     for r in rows:
         r["speedup_vs_1"] = r["env_steps_per_s"] / base if base else float("nan")
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    click.echo(f"DQN CartPole-v1 over {transport}, placement {placement}; learner rate-limited to "
-               f"{32 / train_every:.4g} samples/insert, weights published every {publish_every} updates")
-    click.echo("env steps/s: steady state, between the first and the last INSERT the replay node received "
-               "(process start-up excluded; with start-up in the last column)")
-    click.echo(f"{'actors':>6} {'env steps/s':>12} {'x 1 actor':>10} {'actor cpu s':>12} {'achieved SPI':>13} {'with start-up':>14}")
+    return {"algo": algo, "env": env, "family": family, "transport": transport, "placement": placement,
+            "replay": replay,
+            "prioritized": registry.get("replay", replay or DEFAULT_REPLAY).capabilities.prioritized,
+            "steps_per_actor": steps_per_actor, "train_every": train_every, "publish_every": publish_every,
+            "preset_overridden": preset, "hyperparameters": hp, "rows": rows}
+
+
+def format_actor_sweep(sweep: dict[str, Any]) -> str:
+    """The sweep as printed: its job and settings, a row per actor count, the knee, the machine's state
+    during each run, and where each role's time went."""
+    from rlbench.machine_state import summary_line
+    from rlbench.plan.model import KNEE_GAIN, knee
+
+    rows = sweep["rows"]
+    replay = f", replay {sweep['replay']}" if sweep["replay"] else ""
+    lines = [f"{sweep['algo'].upper()} {sweep['env']} over {sweep['transport']}, "
+             f"placement {sweep['placement']}{replay}; "
+             f"learner rate-limited to {32 / sweep['train_every']:.4g} samples/insert, weights published every "
+             f"{sweep['publish_every']} updates"]
+    if sweep["preset_overridden"]:
+        lines.append(f"{sweep['algo']}'s {sweep['family']} preset, overridden for a short run: "
+                     + ", ".join(f"{key} {value:,}" if isinstance(value, int) else f"{key} {value}"
+                                 for key, value in sweep["hyperparameters"].items())
+                     + f"; {sweep['steps_per_actor']:,} env steps per actor")
+    lines += ["env steps/s: steady state, between the first and the last INSERT the replay node received "
+              "(process start-up excluded; with start-up in the last column)",
+              f"{'actors':>6} {'env steps/s':>12} {'x 1 actor':>10} {'actor cpu s':>12} {'achieved SPI':>13} "
+              f"{'with start-up':>14}"]
+    lines += [f"{r['actors']:>6} {r['env_steps_per_s']:>12,.0f} {r['speedup_vs_1']:>10.2f} {r['actor_cpu_s']:>12.1f} "
+              f"{r['achieved_samples_per_insert']:>13.3f} {r['with_start_up']:>14,.0f}" for r in rows]
+    found, largest = knee([(r["actors"], r["env_steps_per_s"]) for r in rows]), rows[-1]["actors"]
+    if largest < 2:
+        lines.append("knee: not measured (one actor count; --max-actors 2 or more finds it)")
+    else:
+        lines.append(f"knee: {f'{found} actor(s)' if found else f'none, still growing at {largest} actors'} "
+                     f"(the count past which one more actor adds less than {KNEE_GAIN:.0%} env steps/s)")
+    lines += [f"{r['actors']} actor(s), {summary_line(r['machine_state'])}" for r in rows if r["machine_state"]]
+    priorities = ("; with a prioritized memory it holds the actors' initial priorities, a forward of each INSERT's "
+                  "obs and next_obs that the actor does not time as inference" if sweep["prioritized"] else "")
+    lines += ["", "where each role's time went. actors: wall us per env step, all actors together (replay: blocked on "
+              "the node's replies and its rate limiter; bookkeeping: CPU outside env, inference, replay and weights"
+              f"{priorities}), and the share of their time off the CPU (descheduled or blocked, overlapping the "
+              "others). learner and replay node: shares of their windows"]
+    parts = ("env", "inference", "replay", "weights", "bookkeeping")
+    lines.append(f"{'actors':>6} " + " ".join(f"{part:>11}" for part in parts) + f" {'off CPU':>8}"
+                 f"   {'learner: update':>15} {'sample':>7} {'publish':>8} {'off CPU':>8}"
+                 f"   {'node: memory':>12} {'handling':>9} {'idle':>6}")
+
+    def shares(values: dict[str, float], widths: dict[str, int]) -> str:
+        return " ".join(f"{values[part]:>{width}.0%}" if part in values else f"{'-':>{width}}"
+                        for part, width in widths.items())
+
     for r in rows:
-        click.echo(f"{r['actors']:>6} {r['env_steps_per_s']:>12,.0f} {r['speedup_vs_1']:>10.2f} {r['actor_cpu_s']:>12.1f} "
-                   f"{r['achieved_samples_per_insert']:>13.3f} {r['with_start_up']:>14,.0f}")
+        spent = r["role_time"]
+        lines.append(f"{r['actors']:>6} " + " ".join(f"{spent['actors_us_per_step'][part]:>11.1f}" for part in parts)
+                     + f" {spent['actors_off_cpu_share']:>8.0%}   "
+                     + shares(spent.get("learner_share", {}), {"learner": 15, "replay": 7, "weights": 8, "waiting": 8})
+                     + "   " + shares(spent.get("node_share", {}), {"replay": 12, "bookkeeping": 9, "idle": 6}))
+    return "\n".join(lines)
+
+
+@click.command("actors")
+@click.option("--env", default="CartPole-v1", show_default=True,
+              help="Environment: an image one runs the CNN on every actor (ALE/Breakout-v5, MinAtar/Breakout-v1).")
+@click.option("--algo", type=click.Choice(["dqn", "ddpg"]), default="dqn", show_default=True,
+              help="ddpg for a continuous-action environment (HalfCheetah-v5).")
+@click.option("--transport", default="shm", show_default=True)
+@click.option("--placement", type=click.Choice(["server", "in-network"]), default="server", show_default=True)
+@click.option("--replay", default=None, help="[default: prioritized, the run's] uniform: the actors compute no "
+              "initial priorities (with prioritized: two more forwards per step, batched per INSERT)")
+@click.option("--max-actors", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--steps-per-actor", type=click.IntRange(min=1), default=None,
+              help=f"[default: {CLASSIC_STEPS_PER_ACTOR:,}; {PRESET_STEPS_PER_ACTOR:,} for a job with a preset "
+                   "(Atari, MinAtar, MuJoCo)]")
+@click.option("--train-every", type=click.IntRange(min=1), default=512, show_default=True,
+              help="env steps per learner batch of 32: the rate limiter's samples-per-insert is 32 / this")
+@click.option("--publish-every", type=click.IntRange(min=1), default=8, show_default=True,
+              help="learner updates per weight publication")
+@click.option("--json", "as_json", is_flag=True)
+def actors_command(env: str, algo: str, transport: str, placement: str, replay: str | None, max_actors: int,
+                   steps_per_actor: int | None, train_every: int, publish_every: int, as_json: bool) -> None:
+    """Env steps/s against the number of actor processes, with the learner rate-limited to a light
+    load, so the actors are the bottleneck (EMC2'20's sweep); the knee, and where each role's time went.
+
+    On a 2-core machine every cycle the learner and the replay node spend is taken from the actors:
+    a DQN update costs ~1.3 ms of torch here, so one batch per 256 env steps alone takes ~0.2 of a
+    core at 2 actors' pace. The default, one batch per 512 steps, keeps the learner light. With an
+    image environment each actor runs the CNN (the compute backend's cnn_inference) on every step,
+    and the job's preset is overridden for a short run (printed)."""
+    sweep = actor_sweep(env, algo, transport, placement, replay, max_actors, steps_per_actor, train_every,
+                        publish_every)
+    click.echo(json.dumps(sweep, indent=2, default=str) if as_json else format_actor_sweep(sweep))
