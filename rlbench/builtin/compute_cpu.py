@@ -167,6 +167,12 @@ class CpuCompute:
         return NumpyMLP(layer_sizes, hidden_activation=hidden_activation, output_activation=output_activation)
 
     def cnn_inference(self, network: ConvNetSpec) -> NumpyConvNet:
+        import threadpoolctl
+
+        # its convolutions are BLAS matmuls: on `threads` threads, as the learner's torch, in every loop (a
+        # local run's process is not a launched role, whose pools the launcher sizes): at a thread per core
+        # on a busy 2-core host a Nature forward took 40-100 ms instead of 1-3
+        threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
         return NumpyConvNet(network)
 
     def tabular(self, n_states: int, n_actions: int) -> Any:

@@ -172,9 +172,7 @@ class MinAtarEnv(gymnasium.Env):
     gymnasium's generator nor the last action, so a seeded reset did not decide the run.)"""
 
     def __init__(self, game: str, minimal_actions: bool) -> None:
-        from minatar import Environment
-
-        self.game = Environment(game)
+        self.game = _minatar_environment()(game)
         self._actions = self.game.minimal_action_set() if minimal_actions else list(range(self.game.num_actions()))
         height, width, channels = self.game.state_shape()
         self.action_space = gymnasium.spaces.Discrete(len(self._actions))
@@ -194,6 +192,30 @@ class MinAtarEnv(gymnasium.Env):
 
     def _observation(self) -> np.ndarray:
         return np.moveaxis(self.game.state(), -1, 0).astype(np.uint8)
+
+
+def _minatar_environment() -> Any:
+    """minatar.Environment, imported without its GUI: minatar imports matplotlib and seaborn at import
+    for its display (4 s of a process's start-up here, in every actor and learner of a MinAtar run),
+    falling back to a logged warning without them; the games use neither. Only modules not imported yet
+    are held back, and only for that import."""
+    import logging
+    import sys
+
+    if "minatar" in sys.modules:
+        return sys.modules["minatar"].Environment
+    held = [name for name in ("matplotlib.pyplot", "seaborn") if name not in sys.modules]
+    for name in held:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
+    logging.disable(logging.WARNING)
+    try:
+        from minatar import Environment
+    finally:
+        logging.disable(logging.NOTSET)
+        for name in held:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+    return Environment
 
 
 # -- MuJoCo --------------------------------------------------------------------------------------------
