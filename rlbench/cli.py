@@ -171,6 +171,7 @@ def exit_code(result: dict[str, Any]) -> int:
 RUN_FIELDS = ("algo", "env", "replay", "compute", "transport", "placement", "policy", "learners", "actors", "replay_shards", "num_envs", "steps", "seconds",
               "seed", "dataset", "behaviour", "eval_episodes", "eval_every", "on_actor_failure", "actor_restarts", "checkpoint_every", "checkpoint_dir", "launcher", "ray_address", "bind")
 RUN_FIELDS += ("placement_strategy",)  # --launcher ray's placement group
+RUN_FIELDS += ("actor_compute",)  # the actors' backend, where it is not --compute's
 
 
 def _run_command() -> click.Command:
@@ -186,7 +187,12 @@ def _run_command() -> click.Command:
         click.Option(["--algo"], default=default.algo, show_default=True, help="Algorithm."),
         click.Option(["--env"], default=default.env, show_default=True, help="Environment id."),
         click.Option(["--replay"], default=default.replay, help="Replay memory [default: prioritized for replay-based algorithms]."),
-        click.Option(["--compute"], default=default.compute, show_default=True, help="Compute backend."),
+        click.Option(["--compute"], default=default.compute, show_default=True,
+                     help="Compute backend (the learner's, and the actors' unless --actor-compute is given)."),
+        click.Option(["--actor-compute"], default=default.actor_compute, metavar="NAME",
+                     help="Compute backend of the actors' policy inference (--placement server or in-network), e.g. "
+                          "--compute gpu --actor-compute cpu: a learner on the card, actors on CPUs (EMC2'20) "
+                          "[default: --compute]."),
         click.Option(["--transport"], default=default.transport, show_default=True,
                      help="Transport between roles (not for --placement local)."),
         click.Option(["--placement"], type=click.Choice(PLACEMENTS), default=None,

@@ -42,7 +42,10 @@ class RunConfig:
     algo: str = "dqn"
     env: str = "CartPole-v1"
     replay: str | None = None  # None: "prioritized" for replay-loop algorithms, none for tabular ones
-    compute: str = "cpu"
+    compute: str = "cpu"  # the learner's backend (and every role's, unless actor_compute says otherwise)
+    # the actors' policy inference (EMC2'20's setting: a learner on an accelerator, actors on CPUs);
+    # None: the same as compute. Distributed placements only: placement local runs both in one process.
+    actor_compute: str | None = None
     transport: str = "shm"  # between roles; used when placement is server or in-network
     placement: str = "local"
     policy: str = "single-learner"  # the distribution policy (MSRL): rlbench list --kind policy
@@ -81,12 +84,27 @@ class RunConfig:
 # so no plugin's run option can take one, whatever order plugins load in.
 RUN_FLAGS = frozenset({
     "--config", "--plan", "--algo", "--env", "--replay", "--compute", "--transport", "--placement", "--policy",
-    "--learners", "--actors", "--replay-shards",
+    "--actor-compute", "--learners", "--actors", "--replay-shards",
     "--num-envs", "--steps", "--seconds", "--seed", "--dataset", "--behaviour", "--eval-episodes", "--eval-every",
     "--on-actor-failure", "--actor-restarts", "--checkpoint-every", "--checkpoint-dir", "--resume", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
     "--placement-strategy",
     "--help",
 })
+
+
+def actor_compute_of(config: RunConfig) -> str:
+    """The compute backend a run's actors infer on: --actor-compute, else --compute."""
+    return config.actor_compute or config.compute
+
+
+# RunConfig.options and a Plan's components are keyed by component kind, but for the actors' backend
+# where --actor-compute names another than --compute: its options and its entry go under this key.
+ACTOR_COMPUTE = "actor_compute"
+
+
+def component_kind(key: str) -> str:
+    """The registry kind of a key of RunConfig.options or Plan.selected() ("actor_compute": "compute")."""
+    return "compute" if key == ACTOR_COMPUTE else key
 
 
 def parse_value(text: str) -> Any:
@@ -239,6 +257,6 @@ def run_document(config: RunConfig, option_flags: dict[tuple[str, str], str] | N
         document["place"] = dict(config.place)
     if config.options:
         flags = option_flags or {}
-        document["options"] = {flags.get((kind, param), param).lstrip("-"): value
+        document["options"] = {flags.get((component_kind(kind), param), param).lstrip("-"): value
                                for kind, values in config.options.items() for param, value in values.items()}
     return document

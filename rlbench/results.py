@@ -175,7 +175,10 @@ def _render(result: dict[str, Any]) -> list[str]:
     lines.append(head)
     cfg = result["config"]
     placement = field(result, "config.placement", str) or "?"
-    lines.append(f"  {cfg.get('algo')} on {cfg.get('env')}  replay={cfg.get('replay') or '-'}  compute={cfg.get('compute')}  "
+    actors_on = cfg.get("actor_compute")  # the actors' backend, where it is not the learner's
+    compute = cfg.get("compute") if actors_on in (None, cfg.get("compute")) else \
+        f"{cfg.get('compute')} (actors: {actors_on})"
+    lines.append(f"  {cfg.get('algo')} on {cfg.get('env')}  replay={cfg.get('replay') or '-'}  compute={compute}  "
                  f"placement={placement}  transport={cfg.get('transport') if placement != 'local' else '-'}  "
                  f"policy={cfg.get('policy', 'single-learner')}  learners={cfg.get('learners', 1)}  "
                  f"actors={cfg.get('actors')}  seed={cfg.get('seed')}")
@@ -253,6 +256,7 @@ def _loop_lines(result: dict[str, Any]) -> list[str]:
                  if isinstance(s, dict) and s.get("count")]
         if parts:
             lines.append("  queue depths: " + "; ".join(parts))
+    lines += _weights_lines(result)
     rest = _scalars(field(result, "loop", dict) or {}, skip=("samples_per_insert", "steady_env_steps_per_s"))
     if rest:
         lines.append(f"  loop: {rest}")
@@ -260,6 +264,25 @@ def _loop_lines(result: dict[str, Any]) -> list[str]:
     if counters:
         lines.append("  counters: " + " ".join(f"{k}={_fmt(v)}" for k, v in counters.items()))
     return lines
+
+
+def _weights_lines(result: dict[str, Any]) -> list[str]:
+    """A distributed run's weights on the wire: one message's size, how many moved each way, and the
+    bytes per learner update."""
+    weights = field(result, "loop.weights", dict)
+    if not weights or not weights.get("params_bytes"):
+        return []
+    per_update = field(result, "loop.weights.bytes_per_update", dict) or {}
+    return [f"  weights: {_bytes(weights['params_bytes'])} a message; {_fmt(weights.get('published'))} published to the "
+            f"replay node, {_fmt(weights.get('fetched'))} fetched by actors, over "
+            f"{_fmt(weights.get('learner_updates'))} learner updates: per update {_bytes(per_update.get('published'))} learner -> node + "
+            f"{_bytes(per_update.get('fetched'))} node -> actors = {_bytes(per_update.get('total'))}"]
+
+
+def _bytes(value: Any) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    return f"{value / 1e6:,.2f} MB" if value >= 1e6 else f"{value / 1e3:,.1f} kB"
 
 
 def _outcome_lines(result: dict[str, Any]) -> list[str]:
@@ -303,6 +326,11 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
                f"{_fmt(memory.get('overwritten'))} overwritten"
         if memory.get("prioritized"):
             line += f", prioritized (alpha {_fmt(memory.get('alpha'), 2)})"
+        frames = memory.get("frames")
+        if isinstance(frames, dict) and frames.get("frames_held") is not None:
+            line += (f"; each frame once: {_fmt(frames['frames_held'])} frames held "
+                     f"({_fmt(frames.get('frame_bytes', 0) / 1e6, 1)} MB), {_fmt(frames.get('dedup_ratio'), 2)} "
+                     f"references each ({_fmt(frames.get('frames'))} per stack)")
         lines.append(line)
     return lines
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from rlbench.arrays import to_host
-from rlbench.config import RunConfig, run_hyperparameters
+from rlbench.config import RunConfig, actor_compute_of, run_hyperparameters
 from rlbench.energy import EnergyMeters
 from rlbench.machine_state import own_cpu_s, watch
 from rlbench.fingerprint import machine_fingerprint
@@ -312,6 +312,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     resumed_from = stats.extra.pop("resumed_from", None)
     resolved = config.to_dict()
     resolved["replay"] = plan.replay.name if plan.replay else None
+    resolved["actor_compute"] = actor_compute_of(config)  # each role's backend, said (--actor-compute)
     resolved["total_steps"] = total_steps
     result: dict[str, Any] = {
         "schema": SCHEMA,

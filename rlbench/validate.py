@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlbench.config import RunConfig
-from rlbench.errors import InvalidCombinationError, UnavailableComponentError
+from rlbench.config import ACTOR_COMPUTE, RunConfig, actor_compute_of, component_kind
+from rlbench.errors import InvalidCombinationError, UnavailableComponentError, UnknownComponentError
 from rlbench.protocols import LAUNCHERS, PLACEABLE_ROLES, PLACEMENTS
 from rlbench.registry import Component, Registry
 
@@ -25,9 +25,14 @@ class Plan:
     transport: Component | None
     policy: Component | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    actor_compute: Component | None = None  # the actors' backend where --actor-compute names another
 
     def selected(self) -> dict[str, Component]:
+        """The components by kind; the actors' backend under "actor_compute" where it is not compute's
+        (config.component_kind gives a key's registry kind)."""
         chosen = {"algorithm": self.algorithm, "environment": self.environment, "compute": self.compute}
+        if self.actor_compute is not None:
+            chosen[ACTOR_COMPUTE] = self.actor_compute
         if self.policy is not None:
             chosen["policy"] = self.policy
         if self.replay is not None:
@@ -85,23 +90,8 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
         raise InvalidCombinationError(
             f"{name} needs {wanted} observations, but {environment.name} has "
             f"{env_caps.observation_space} ones; environments that would work: {works}")
-    if env_caps.observation_space == "image" and "cnn" not in compute.capabilities.networks:
-        works = _names_that_work(registry, "compute", lambda c: "cnn" in c.capabilities.networks
-                                 and all(c.capabilities.supports(name, r) for r in caps.roles))
-        networks = sorted(compute.capabilities.networks)
-        runs = f"runs {' and '.join(networks)} only" if networks else "runs no network"
-        raise InvalidCombinationError(
-            f"{environment.name} has image observations, which {name} learns with a convolutional network, but "
-            f"compute backend {compute.name} {runs} ({compute.capabilities.does_not or 'no convolution'}); "
-            f"compute backends that run a CNN: {works}")
-
-    for role in caps.roles:
-        if not compute.capabilities.supports(name, role):
-            works = _names_that_work(registry, "compute", lambda c: all(c.capabilities.supports(name, r) for r in caps.roles))
-            detail = f" ({compute.capabilities.does_not})" if compute.capabilities.does_not else ""
-            raise InvalidCombinationError(
-                f"compute backend {compute.name} cannot run the {name} {role}{detail}; "
-                f"compute backends that can: {works}")
+    _check_compute(compute, caps.roles, name, environment, registry)
+    actor_compute = _checked_actor_compute(config, registry, algorithm, environment)
 
     replay = None
     if caps.loop == "replay":
@@ -153,15 +143,65 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
     _check_checkpoints(config, registry, algorithm, replay)
     _check_shards(config, registry, replay)
     policy = _checked_policy(config, registry)
-    plan = Plan(algorithm, environment, compute, replay, transport, policy)
+    plan = Plan(algorithm, environment, compute, replay, transport, policy, actor_compute=actor_compute)
     _check_options(config, registry, plan)
 
     for kind, component in plan.selected().items():
         probe = component.probe()
         if not probe.available:
+            what = "--actor-compute" if kind == ACTOR_COMPUTE else kind
             raise UnavailableComponentError(
-                f"{kind} {component.name!r} (plugin {component.plugin}) is unavailable here: {probe.reason}")
+                f"{what} {component.name!r} (plugin {component.plugin}) is unavailable here: {probe.reason}")
     return plan
+
+
+def _check_compute(compute: Component, roles: tuple[str, ...], algo: str, environment: Component, registry: Registry,
+                   flag: str = "compute backend") -> None:
+    """`compute` runs each of `roles` of `algo`, and a CNN where the environment's observations are
+    images; refused with the backends that would."""
+    def works(c: Component) -> bool:
+        return (all(c.capabilities.supports(algo, r) for r in roles)
+                and (environment.capabilities.observation_space != "image" or "cnn" in c.capabilities.networks))
+
+    if environment.capabilities.observation_space == "image" and "cnn" not in compute.capabilities.networks:
+        networks = sorted(compute.capabilities.networks)
+        runs = f"runs {' and '.join(networks)} only" if networks else "runs no network"
+        raise InvalidCombinationError(
+            f"{environment.name} has image observations, which {algo} learns with a convolutional network, but "
+            f"{flag} {compute.name} {runs} ({compute.capabilities.does_not or 'no convolution'}); "
+            f"compute backends that run a CNN: {_names_that_work(registry, 'compute', works)}")
+    for role in roles:
+        if not compute.capabilities.supports(algo, role):
+            detail = f" ({compute.capabilities.does_not})" if compute.capabilities.does_not else ""
+            raise InvalidCombinationError(
+                f"{flag} {compute.name} cannot run the {algo} {role}{detail}; "
+                f"compute backends that can: {_names_that_work(registry, 'compute', works)}")
+
+
+def _checked_actor_compute(config: RunConfig, registry: Registry, algorithm: Component,
+                           environment: Component) -> Component | None:
+    """--actor-compute: the backend of the actors' inference, where it is not --compute's (None when it is).
+    The actors are processes of their own only in a distributed run; the learner's backend still
+    runs every role it did (the final greedy evaluation is an actor on it)."""
+    if config.actor_compute is None:
+        return None
+    try:
+        backend = registry.get("compute", config.actor_compute)
+    except UnknownComponentError as exc:  # the registry names --compute; this is the other flag
+        raise UnknownComponentError(str(exc).replace("for --compute", "for --actor-compute", 1)) from None
+    if backend is registry.get("compute", config.compute):
+        return None
+    if "actor" not in algorithm.capabilities.roles:
+        raise InvalidCombinationError(
+            f"--actor-compute {backend.name}: {algorithm.name} has no actor role of its own (it runs "
+            f"{', '.join(algorithm.capabilities.roles)} on --compute {config.compute})")
+    if config.placement == "local":
+        raise InvalidCombinationError(
+            f"--actor-compute {backend.name}: placement local runs the actor inside the learner's process, on "
+            f"--compute {config.compute}; use --placement server or in-network for actor processes on a backend "
+            f"of their own, or drop --actor-compute")
+    _check_compute(backend, ("actor",), algorithm.name, environment, registry, flag="--actor-compute")
+    return backend
 
 
 def _checked_policy(config: RunConfig, registry: Registry) -> Component:
@@ -292,6 +332,7 @@ def check_hosts(plan: Plan, registry: Registry, hosts: list[str], unreachable: s
 def selected_names(config: RunConfig) -> dict[str, str | None]:
     """The component name a configuration selects for each kind (the replay default included)."""
     return {"algorithm": config.algo, "environment": config.env, "compute": config.compute,
+            ACTOR_COMPUTE: config.actor_compute if actor_compute_of(config) != config.compute else None,
             "replay": config.replay or DEFAULT_REPLAY, "transport": config.transport}
 
 
@@ -303,11 +344,12 @@ def options_from_flags(values: dict[str, Any], config: RunConfig, registry: Regi
     names = selected_names(config)
     for flag, value in values.items():
         option = _option_for(flag, registry)
-        chosen = names.get(option.kind)
-        if chosen is None or registry.get(option.kind, chosen).name != option.component:
+        key = next((key for key, chosen in names.items() if component_kind(key) == option.kind and chosen is not None
+                    and registry.get(option.kind, chosen).name == option.component), None)
+        if key is None:
             raise InvalidCombinationError(f"{option.flag} applies to {option.kind} {option.component}, "
                                           "which this run does not use")
-        options.setdefault(option.kind, {})[option.param] = value
+        options.setdefault(key, {})[option.param] = value
     return options
 
 
@@ -331,10 +373,10 @@ def _check_options(config: RunConfig, registry: Registry, plan: Plan) -> None:
     for kind, values in config.options.items():
         chosen = selected.get(kind)
         for param in values:
-            owner = next((o for o in registry.run_options if o.kind == kind and o.param == param
+            owner = next((o for o in registry.run_options if o.kind == component_kind(kind) and o.param == param
                           and chosen is not None and o.component == chosen.name), None)
             if owner is None:
-                others = [o for o in registry.run_options if o.kind == kind and o.param == param]
+                others = [o for o in registry.run_options if o.kind == component_kind(kind) and o.param == param]
                 if others:
                     raise InvalidCombinationError(" and ".join(o.flag for o in others)
                                                   + (" applies to " if len(others) == 1 else " apply to ")

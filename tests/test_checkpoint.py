@@ -1,5 +1,6 @@
 """Issue #24 item 3: checkpoints of a distributed run (the learner and the replay node, atomically)
-and `rlbench run --resume DIR`, down to a run SIGKILLed mid-way and resumed to its step count."""
+and `rlbench run --resume DIR`, down to a run SIGKILLed mid-way and resumed to its step count; and
+issue #39's: the same with Atari frames in a memory that stores each frame once."""
 
 from __future__ import annotations
 
@@ -187,3 +188,69 @@ def test_a_run_sigkilled_mid_way_resumes_from_its_checkpoint_and_finishes_with_e
     assert result["checkpoints"]["written"][0]["number"] == int(resumed["checkpoint"][5:]) + 1
     manifest = checkpoint.read_manifest(directory)
     assert manifest["resumes"] == 1 and manifest["total_steps"] == steps
+
+
+# ------------------------------------------------------------------------------- an image run's
+def stored_rows(path: Path) -> dict[str, np.ndarray]:
+    """Every transition a replay node's checkpoint file holds, its stacks rebuilt from its frames."""
+    from rlbench.kit.frames import unpack
+
+    with np.load(path) as saved:
+        size = json.loads(bytes(saved["meta"]).decode())["memory"]["size"]
+        obs, next_obs = unpack(saved["memory.frames"], saved["memory.frame_ids.obs"],
+                               saved["memory.frame_ids.next_obs"])
+        rows = {name: saved[f"memory.column.{name}"][:size] for name in ("action", "reward", "done")}
+        rows.update(obs=obs, next_obs=next_obs, frames=np.asarray(saved["memory.frames"]))
+    assert len(obs) == size
+    return rows
+
+
+def test_an_atari_run_sigkilled_mid_way_resumes_with_its_memory_of_frames_restored_exactly(tmp_path):
+    """The run above with Atari frames stacked 4 deep, in a memory that stores each frame once (its
+    checkpoint holds each live frame once and each transition's frame ids)."""
+    import shutil
+
+    from rlbench.plugins import get_registry
+
+    probe = get_registry().get("environment", "ALE/Pong-v5").probe()
+    if not probe.available:  # the envs extra (ale-py, opencv) is not installed
+        pytest.skip(probe.reason)
+    directory, steps, capacity = tmp_path / "ckpt", 2000, 4000  # the memory never wraps: restored rows stay put
+    hp = [item for key, value in {"learning_starts": 100, "batch_size": 16, "buffer_size": capacity}.items()
+          for item in ("--hp", f"{key}={value}")]
+    record = killed_mid_way(directory, "--env", "ALE/Pong-v5", "--placement", "server", "--transport", "shm",
+                            "--actors", "2", "--steps", str(steps), "--eval-episodes", "0", *hp,
+                            "--checkpoint-every", "0.3", at_env_steps=800, timeout=180)
+    saved = tmp_path / "saved"  # the resumed run's own checkpoints replace it (two are kept)
+    shutil.copytree(record["path"], saved)
+    said = run_cli("run", "--resume", str(directory), "--json", "--no-out", timeout=240)
+    assert said.returncode == 0, said.stderr[-3000:]
+    result = json.loads(said.stdout)
+    assert result["status"] == "complete", result["status_reason"]
+
+    # accounting across the resume: the checkpoint's env steps and this run's make the run's count
+    resumed, accounting = result["resumed_from"], result["accounting"]
+    assert resumed["checkpoint"] == Path(record["path"]).name and resumed["env_steps"] == record["env_steps"] >= 800
+    assert accounting["balanced"] and accounting["dropped"] == 0
+    assert steps <= accounting["produced"] <= steps + 2 * 2 * 128
+    assert resumed["env_steps"] + result["throughput"]["env_steps"] == accounting["produced"] == accounting["stored"]
+    assert result["replay_stats"]["size"] == accounting["stored"]  # the restored transitions and the new ones
+
+    # the memory as checkpointed: real stacks (each next_obs its obs shifted by a frame), each frame once
+    before = stored_rows(saved / checkpoint.REPLAY_FILE)
+    assert len(before["obs"]) == resumed["stored"] == record["env_steps"]
+    np.testing.assert_array_equal(before["obs"][:, 1:], before["next_obs"][:, :-1])
+    assert len(before["frames"]) < 1.1 * len(before["obs"])
+    # restored exactly: the resumed node checkpointed the memory it had restored, and the rows it
+    # restored (none overwritten since) come back byte for byte, their frames in the same stacks
+    assert result["checkpoints"]["written"], "the resumed run wrote no checkpoint"
+    after = stored_rows(Path(checkpoint.latest(directory)["path"]) / checkpoint.REPLAY_FILE)
+    assert len(after["obs"]) > len(before["obs"])
+    for name in ("obs", "next_obs", "action", "reward", "done"):
+        np.testing.assert_array_equal(after[name][:len(before[name])], before[name], err_msg=name)
+    # and sampled exactly: a memory restored from the checkpoint draws the stacks of the stored rows
+    memory = PrioritizedReplay(capacity, alpha=0.6, seed=1, frames=4)
+    checkpoint.load_replay(saved, memory)
+    sample = memory.sample(64, 0.4)
+    np.testing.assert_array_equal(sample.transitions["obs"], before["obs"][sample.indices])
+    np.testing.assert_array_equal(sample.transitions["next_obs"], before["next_obs"][sample.indices])

@@ -74,6 +74,13 @@ def test_every_placement_over_every_transport(placement, transport):
     limiter = result["loop"]["rate_limiter"]
     assert limiter["samples_per_insert_achieved"] > 0
     assert set(result["loop"]["weights_staleness"]) == {"actor-0", "actor-1"}
+    # the weights on each link: the learner's first, every publish_every updates, its final ones
+    weights, updates = result["loop"]["weights"], roles["learner"]["updates"]
+    assert weights["published"] == 2 + updates // SHORT["publish_every"] and weights["learner_updates"] == updates
+    assert weights["links"]["learner"]["bytes"] == weights["published"] * weights["params_bytes"]
+    assert weights["fetched"] == sum(weights["links"][a]["messages"] for a in ("actor-0", "actor-1")) >= 2
+    assert weights["bytes_per_update"]["total"] == pytest.approx(
+        (weights["published"] + weights["fetched"]) * weights["params_bytes"] / updates)
     if placement == "in-network":
         assert latency["replay_node.push.BATCH"]["count"] > 0
     else:
@@ -84,6 +91,104 @@ def test_local_placement_is_still_the_baseline():
     result = run(short_config(placement="local"))
     assert result["status"] == "complete" and result["accounting"]["balanced"]
     assert "replay.sample" in result["latency"]
+
+
+# ------------------------------------------------------------------------------ --actor-compute (EMC2'20)
+def available_compute(name: str):
+    from rlbench.plugins import get_registry
+
+    try:
+        component = get_registry().get("compute", name)
+    except KeyError:
+        pytest.skip(f"compute backend {name} is not installed (pip install -e plugins/{name})")
+    probe = component.probe()
+    if not probe.available:
+        pytest.skip(probe.reason)
+    return component
+
+
+def test_actors_infer_on_the_backend_actor_compute_names_and_the_result_says_each_roles():
+    available_compute("fpga")
+    result = run(short_config(placement="server", transport="tcp", actors=2, actor_compute="fpga", steps=1200))
+    assert result["status"] == "complete", result["status_reason"]
+    assert result["accounting"]["balanced"] and result["accounting"]["dropped"] == 0
+    assert result["config"]["compute"] == "cpu" and result["config"]["actor_compute"] == "fpga"
+    assert result["components"]["compute"]["name"] == "cpu" and result["components"]["actor_compute"]["name"] == "fpga"
+    roles = result["loop"]["roles"]
+    for actor in ("actor-0", "actor-1"):  # the class that ran, not only the name asked for
+        assert roles[actor]["compute"]["name"] == "fpga" and roles[actor]["compute"]["class"].startswith("rlbench_fpga.")
+    assert roles["learner"]["compute"] == {"name": "cpu", "class": "rlbench.builtin.compute_cpu.CpuCompute"}
+    assert result["throughput"]["updates"] > 0 and result["evaluation"]["episodes"] == 1
+    from rlbench.results import render
+
+    assert "compute=cpu (actors: fpga)" in render(result)
+
+
+def test_actor_compute_is_refused_where_it_cannot_apply_before_anything_starts():
+    from rlbench.errors import RlbenchError
+    from rlbench.plugins import get_registry
+    from rlbench.runner import check
+
+    available_compute("fpga")
+    registry = get_registry()
+
+    def refused(match: str, **kw):
+        with pytest.raises(RlbenchError, match=match):
+            check(RunConfig(**kw), registry)
+
+    distributed = dict(placement="server", transport="tcp")
+    refused(r"--actor-compute fpga: placement local runs the actor inside the learner's process, on --compute cpu; "
+            "use --placement server or in-network", actor_compute="fpga")
+    refused(r"unknown compute 'fpag' for --actor-compute; did you mean 'fpga'\?", actor_compute="fpag", **distributed)
+    refused("--actor-compute fpga: qlearning has no actor role of its own", algo="qlearning", env="FrozenLake-v1",
+            actor_compute="fpga")
+    refused(r"MinAtar/Breakout-v1 has image observations.*--actor-compute fpga runs mlp only.*that run a CNN: cpu",
+            env="MinAtar/Breakout-v1", actor_compute="fpga", **distributed)
+    if "upmem" in registry.names("compute"):
+        refused("--actor-compute upmem cannot run the dqn actor.*compute backends that can: cpu, fpga",
+                actor_compute="upmem", **distributed)
+    plan, _, _ = check(RunConfig(actor_compute="cpu"), registry)  # the same backend as --compute: nothing to refuse
+    assert "actor_compute" not in plan.selected()
+    plan, _, _ = check(RunConfig(actor_compute="fpga", **distributed), registry)
+    assert plan.selected()["actor_compute"].name == "fpga"
+
+
+def test_actor_compute_travels_in_run_files_sweeps_and_its_own_options(tmp_path):
+    from rlbench.config import run_document, to_toml
+    from rlbench.errors import RlbenchError
+    from rlbench.plugins import get_registry
+    from rlbench.report.sweep import load_study, refusal, run_config
+    from rlbench.validate import options_from_flags, validate
+
+    registry = get_registry()
+    available_compute("fpga")
+    config = RunConfig(actor_compute="fpga", placement="server", transport="tcp")
+    document = run_document(config)
+    assert document["actor_compute"] == "fpga" and "actor_compute" not in to_toml(run_document(RunConfig()))  # None
+    path = tmp_path / "run.toml"
+    path.write_text(to_toml(document))
+    said = subprocess.run([sys.executable, "-m", "rlbench", "run", "--config", str(path), "--placement", "local",
+                           "--no-out"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert said.returncode == 2 and "--actor-compute fpga: placement local runs the actor" in said.stderr  # the file's
+    study = load_study(sets={"placement": "server", "transport": "tcp"}, grid={"actor_compute": ["cpu", "fpga"]},
+                       seeds=[0])
+    assert [run_config(cell.document, registry).actor_compute for cell in study.cells()] == ["cpu", "fpga"]
+    assert [refusal(cell, registry) for cell in study.cells()] == [None, None]
+    # a plugin option of the actors' backend goes with it, not with --compute's
+    if "gpu" not in registry.names("compute"):
+        pytest.skip("the gpu plugin (whose --gpu-device is a compute option) is not installed")
+    gpu_actors = RunConfig(actor_compute="gpu", placement="server", transport="tcp")
+    gpu_actors.options = options_from_flags({"--gpu-device": 0}, gpu_actors, registry)
+    assert gpu_actors.options == {"actor_compute": {"device": 0}}
+    flags = {(o.kind, o.param): o.flag for o in registry.run_options}
+    assert run_document(gpu_actors, flags)["options"] == {"gpu-device": 0}
+    with pytest.raises(RlbenchError, match="--gpu-device applies to compute gpu, which this run does not use"):
+        options_from_flags({"--gpu-device": 0}, RunConfig(placement="server", transport="tcp"), registry)
+    if not registry.get("compute", "gpu").probe().available:
+        with pytest.raises(RlbenchError, match="--actor-compute 'gpu' \\(plugin gpu\\) is unavailable here"):
+            validate(gpu_actors, registry)
+    else:
+        assert validate(gpu_actors, registry).options == {"actor_compute": {"device": 0}}
 
 
 def test_rate_limiter_holds_the_samples_per_insert_ratio():

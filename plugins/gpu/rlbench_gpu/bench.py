@@ -8,7 +8,10 @@
 - `rlbench gpu dqn`: DQN end to end through `rlbench.run`, gpu env + gpu replay + gpu compute beside
   gymnasium env + prioritized + cpu compute, same hyperparameters and budget.
 - `rlbench gpu bench`: issue #22's target figures in one run, each beside its CPU peer and
-  plain-torch references, eager and captured (suite.py says what each row measures).
+  plain-torch references, eager and captured (suite.py says what each row measures); and, when named
+  (`--figure cnn_update`), issue #39's Nature-CNN DQN update on the device beside the cpu backend's.
+- `rlbench gpu atari`: the EMC2'20 setting on Atari, DQN's CNN learner on CUDA with actors inferring on
+  CPU cores (`--compute gpu --actor-compute cpu`), beside the same run all on the CPU, per actor count.
 
 `bench env` and `gpu replay` take --device: "cuda" when torch sees a GPU, else "cpu", which runs the
 gpu plugin's code on the host and labels every figure so (useful for CI, not a GPU figure). `gpu dqn`
@@ -29,6 +32,7 @@ import click
 
 ROUNDS = 5
 _FIGURES = ("dqn_updates", "replay_cycles", "env_steps", "dqn_e2e", "ddpg_e2e")  # suite.TARGETS' keys (no torch here)
+CNN_FIGURE = "cnn_update"  # issue #39's, run when named: a CPU peer of a Nature-CNN update takes a while
 GPU_SIDE = "gpu env + gpu replay + gpu compute"
 CPU_SIDE = "gymnasium env + prioritized + cpu compute"
 
@@ -213,6 +217,131 @@ def measure_dqn(device: Any, num_envs: int, steps: int, overrides: dict[str, Any
     return {"results": results, "ratio": results[GPU_SIDE]["env_steps_per_s"] / results[CPU_SIDE]["env_steps_per_s"]}
 
 
+# ------------------------------------------------------------------------------------------ cnn update
+CNN_BATCH = 32  # CleanRL's dqn_atari
+ATARI_SHAPE, ATARI_ACTIONS = (4, 84, 84), 4  # ALE/Breakout-v5 after the DQN preprocessing
+
+
+def _frame_stream(rng: Any, n: int, k: int) -> dict[str, Any]:
+    """n transitions of one stream of random 84x84 frames stacked k deep: each next_obs its obs shifted
+    by one frame (a memory of frames keeps about one frame per transition)."""
+    import numpy as np
+
+    frames = rng.integers(0, 256, (n + k, *ATARI_SHAPE[1:]), dtype=np.uint8)
+    stacks = np.arange(n)[:, None] + np.arange(k)
+    return {"obs": frames[stacks], "action": rng.integers(0, ATARI_ACTIONS, n),
+            "reward": rng.normal(size=n).astype(np.float32), "next_obs": frames[stacks + 1],
+            "done": (rng.random(n) < 0.001).astype(np.float32)}
+
+
+def _filled(memory: Any, capacity: int, rng: Any) -> Any:
+    for start in range(0, capacity, 1000):
+        n = min(1000, capacity - start)
+        memory.add(_frame_stream(rng, n, ATARI_SHAPE[0]), rng.exponential(1.0, n) + 1e-3)
+    return memory
+
+
+def cnn_update(bench: Any, capacity: int) -> Any:
+    """The learner half of the EMC2'20 setting: DQN updates of the Nature CNN (CleanRL's dqn_atari
+    settings, batch 32) on the device from the gpu memory of frames, K per launch, captured and eager,
+    beside the cpu backend's update (one thread) from the core's prioritized memory of frames; every
+    memory holds `capacity` Atari-shaped transitions, each frame once."""
+    import numpy as np
+
+    import rlbench
+    from rlbench.protocols import EnvSpec
+    from rlbench_gpu.compute import GpuCompute
+    from rlbench_gpu.replay import GpuPrioritizedReplay
+    from rlbench_gpu.suite import PER_LAUNCH, Figure, judge, ops_per_unit
+
+    torch, device, k = bench.torch, bench.device, ATARI_SHAPE[0]
+    figure = Figure(CNN_FIGURE, f"DQN updates/s, Nature CNN ({'x'.join(map(str, ATARI_SHAPE))} uint8 frames, "
+                                f"{ATARI_ACTIONS} actions), batch {CNN_BATCH}, prioritized replay of frames", None,
+                    peer="CPU peer", conditions=f"memories of {capacity:,} transitions")
+    registry = rlbench.get_registry()
+    dqn = registry.get("algorithm", "dqn").create()
+    config = dqn.Config(**{**dqn.presets["atari"], "batch_size": CNN_BATCH})
+    spec = EnvSpec(id="Atari-shaped frames", num_envs=1, observation_shape=ATARI_SHAPE, observation_dtype="uint8",
+                   action_kind="discrete", n_actions=ATARI_ACTIONS, frame_stack=k)
+    rng = np.random.default_rng(0)
+    beta = torch.full((), 0.4, dtype=torch.float64, device=device)
+    for mode in dict.fromkeys((bench.capture, "eager") if bench.on_cuda else ("eager",)):
+        compute = GpuCompute(device, capture=mode)
+        replay = _filled(GpuPrioritizedReplay(capacity, seed=0, device=device, frames=k), capacity, rng)
+        learner = dqn.make_learner(spec, compute, config, 0)
+        learner.prepare_capture(0)
+        launch = compute.capture(lambda: learner.device_updates(replay, PER_LAUNCH, beta),
+                                 [replay.generator, learner.generator])
+        startup = bench.startup(launch, 3)
+        figure.rows.append(bench.row(f"rlbench: dqn learner, Nature CNN, {PER_LAUNCH} updates per launch "
+                                     f"({launch.describe()})", launch, PER_LAUNCH, "updates/s", startup_s=startup,
+                                     profile_per=(PER_LAUNCH, "update"),
+                                     ops_per_unit=ops_per_unit(lambda: learner.device_updates(replay, 1, beta), 1)))
+    if not bench.on_cuda:
+        figure.rows.append(bench.not_run("rlbench: dqn learner, Nature CNN, in one CUDA graph per launch",
+                                         "CUDA graphs need CUDA"))
+    host = _filled(registry.get("replay", "prioritized").create(capacity=capacity, alpha=0.6, seed=0, frames=k),
+                   capacity, rng)
+    cpu_learner = dqn.make_learner(spec, registry.get("compute", "cpu").create(), config, 0)
+
+    def cpu_update() -> None:
+        sample = host.sample(CNN_BATCH, 0.4)
+        priorities, _ = cpu_learner.update(sample)
+        host.update_priorities(sample.indices, priorities)
+
+    figure.rows.append(bench.row("CPU peer: dqn learner on compute cpu (Nature CNN) + replay prioritized of frames, "
+                                 "1 thread", cpu_update, 1, "updates/s", where="host", sync=lambda: None))
+    judge(figure, bench)  # each row's ratio to the peer; issue #39 sets no target for it
+    figure.judged = ("not judged: issue #39 sets no target; the figure is the card beside the CPU peer" if bench.on_cuda
+                     else "not judged: the CPU device runs the gpu plugin's code on the host, NOT a GPU figure")
+    return figure
+
+
+# ---------------------------------------------------------------------------------------------- atari
+ATARI_SIDES = {"gpu learner, cpu actors": {"compute": "gpu", "actor_compute": "cpu"},
+               "cpu learner, cpu actors": {"compute": "cpu"}}
+# CleanRL's dqn_atari settings (the preset) cut to a run of seconds: a memory of 10k transitions,
+# learning from 1,000, and epsilon down to 0.01 within 1,000 steps, so actors run the CNN from then on
+ATARI_OVERRIDES = {"buffer_size": 10_000, "learning_starts": 1_000, "exploration_steps": 1_000}
+
+
+def measure_atari(env: str, steps: int, actor_counts: list[int], transport: str, placement: str,
+                  overrides: dict[str, Any], device_index: int) -> list[dict[str, Any]]:
+    """One rlbench.run per side and actor count, same settings and budget; a side refused before it
+    starts (no CUDA here) is a row saying why."""
+    import rlbench
+    from rlbench.errors import RlbenchError
+
+    rows = []
+    for actors in actor_counts:
+        same = dict(algo="dqn", env=env, placement=placement, transport=transport, actors=actors, steps=steps,
+                    eval_episodes=0, seed=0, out=None, hyperparameters=dict(overrides))
+        for side, chosen in ATARI_SIDES.items():
+            options = {"compute": {"device": device_index}} if chosen["compute"] == "gpu" else {}
+            row: dict[str, Any] = {"side": side, "actors": actors}
+            try:
+                result = rlbench.run(rlbench.RunConfig(**chosen, options=options, **same))
+            except RlbenchError as exc:
+                rows.append({**row, "not_run": str(exc).splitlines()[0]})
+                continue
+            throughput, loop = result["throughput"], result["loop"]
+            rows.append({**row, "status": result["status"], "env_steps": throughput["env_steps"],
+                         "updates": throughput["updates"], "wall_s": result["timing"]["wall_s"],
+                         "env_steps_per_s": throughput["steady_env_steps_per_s"] or throughput["env_steps_per_s"],
+                         "updates_per_s": throughput["steady_updates_per_s"] or throughput["updates_per_s"],
+                         "learner_update_us": (result["latency"].get("learner.update") or {}).get("p50"),
+                         "weights_bytes_per_update":
+                             ((loop.get("weights") or {}).get("bytes_per_update") or {}).get("total"),
+                         "contended": result["machine_state"].get("warning")})
+    for row in rows:  # each gpu-learner row against the cpu one of its actor count
+        peer = next((r for r in rows if r["actors"] == row["actors"] and r["side"].startswith("cpu learner")
+                     and r.get("env_steps_per_s")), None)
+        if peer is not None and row.get("env_steps_per_s"):
+            row["x_cpu_env_steps"] = row["env_steps_per_s"] / peer["env_steps_per_s"]
+            row["x_cpu_updates"] = row["updates_per_s"] / peer["updates_per_s"] if peer["updates_per_s"] else None
+    return rows
+
+
 def _hp_value(text: str) -> Any:
     """A --hp value as a run file writes it (TOML: 64, 3e-4, true, [64, 64]; 64,64 too); a bare word
     stays a string."""
@@ -300,6 +429,62 @@ def dqn_command(num_envs: int, steps: int, hp: tuple[str, ...], device: str, as_
     click.echo(f"gpu / cpu env steps/s: x{report['ratio']:.2f}")
 
 
+@gpu.command("atari")
+@click.option("--env", default="ALE/Breakout-v5", show_default=True, help="An Atari game (ALE/<Game>-v5).")
+@click.option("--steps", type=click.IntRange(min=1), default=5000, show_default=True, help="Env steps per run.")
+@click.option("--actors", "actor_counts", default="1,4", show_default=True, metavar="N[,N...]",
+              help="Actor processes of each pair of runs.")
+@click.option("--transport", default="shm", show_default=True)
+@click.option("--placement", type=click.Choice(["server", "in-network"]), default="server", show_default=True)
+@click.option("--hp", multiple=True, metavar="KEY=VALUE",
+              help="DQN hyperparameter over the Atari preset, both sides [default: "
+                   + " ".join(f"{k}={v}" for k, v in ATARI_OVERRIDES.items()) + "]")
+@click.option("--device", default="cuda", show_default=True, metavar="cuda|cuda:N", help="The learner's GPU.")
+@click.option("--json", "as_json", is_flag=True)
+def atari_command(env: str, steps: int, actor_counts: str, transport: str, placement: str, hp: tuple[str, ...],
+                  device: str, as_json: bool) -> None:
+    """EMC2'20 on Atari: DQN's CNN learner on the GPU, actors on CPU cores, beside all on the CPU."""
+    try:
+        counts = [int(n) for n in actor_counts.split(",") if n.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{actor_counts!r} is not a list of actor counts", param_hint="--actors") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"{actor_counts!r}: give actor counts of at least 1", param_hint="--actors")
+    overrides: dict[str, Any] = dict(ATARI_OVERRIDES)
+    for item in hp:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--hp")
+        overrides[key.strip()] = _hp_value(raw.strip())
+    index = 0 if device == "cuda" else int(device.removeprefix("cuda:")) if device.startswith("cuda:") \
+        and device[5:].isdigit() else None
+    if index is None:
+        raise click.BadParameter(f"{device!r}: the learner's device is cuda or cuda:N", param_hint="--device")
+    rows = measure_atari(env, steps, counts, transport, placement, overrides, index)
+    report = {"env": env, "steps": steps, "transport": transport, "placement": placement, "hyperparameters": overrides,
+              "device": device, "results": rows}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"# DQN {env}, {steps:,} env steps per run, {placement} over {transport}, hp {overrides} over the Atari "
+               f"preset; rlbench.run, no evaluation; measured in this call")
+    click.echo("# gpu learner, cpu actors: --compute gpu --actor-compute cpu (the EMC2'20 setting); cpu learner: "
+               "--compute cpu; steady rates (first to last env step)")
+    for row in rows:
+        head = f"{row['side']:<24} {row['actors']:>2} actor(s)"
+        if "not_run" in row:
+            click.echo(f"{head}  not run: {row['not_run']}")
+            continue
+        ratio = (f"  x{row['x_cpu_env_steps']:.2f} env steps, x{row['x_cpu_updates']:.2f} updates vs cpu"
+                 if row.get("x_cpu_updates") and row["side"].startswith("gpu") else "")
+        update = f"{row['learner_update_us']:,.0f} us" if row["learner_update_us"] is not None else "-"
+        weights = (f"{row['weights_bytes_per_update'] / 1e6:,.2f} MB" if row["weights_bytes_per_update"] is not None
+                   else "-")
+        click.echo(f"{head}  {row['env_steps_per_s']:>9,.1f} env steps/s  {row['updates_per_s']:>8,.1f} updates/s  "
+                   f"update p50 {update}  weights {weights}/update  {row['wall_s']:.1f} s  {row['status']}{ratio}"
+                   + (f"  [{row['contended']}]" if row["contended"] else ""))
+
+
 def _format_profile(profile: dict[str, Any]) -> str:
     top = ", ".join(f"{k['name']} {k['per_unit']:g}x {k['us_per_unit']:,.1f} us" for k in profile["top"])
     return (f"        profile per {profile['unit']}: {profile['per_unit']:g} {profile['what']}, "
@@ -320,8 +505,10 @@ def _format_profile(profile: dict[str, Any]) -> str:
 @click.option("--e2e-num-envs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--full", is_flag=True,
               help="End-to-end runs at the algorithms' own budgets, with 10 greedy evaluation episodes each.")
-@click.option("--figure", "figures", multiple=True, type=click.Choice(list(_FIGURES)),
-              help="Only these figures [default: all].")
+@click.option("--cnn-capacity", type=click.IntRange(min=1000), default=10_000, show_default=True,
+              help="Atari-shaped transitions in the memories of the cnn_update figure.")
+@click.option("--figure", "figures", multiple=True, type=click.Choice([*_FIGURES, CNN_FIGURE]),
+              help=f"Only these figures [default: all but {CNN_FIGURE}, which runs when named].")
 @click.option("--capture", type=click.Choice(["graph", "compile", "eager"]), default="graph", show_default=True,
               help="How rlbench's captured subjects launch (the compute option --gpu-capture).")
 @click.option("--profile", "profiling", is_flag=True,
@@ -330,17 +517,22 @@ def _format_profile(profile: dict[str, Any]) -> str:
 @_device_option
 @click.option("--json", "as_json", is_flag=True)
 def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: int, e2e_steps: int, e2e_num_envs: int,
-                  full: bool, figures: tuple[str, ...], capture: str, profiling: bool, device: str | None,
-                  as_json: bool) -> None:
-    """Issue #22's figures: each beside its CPU peer and plain-torch references, in one run."""
+                  full: bool, cnn_capacity: int, figures: tuple[str, ...], capture: str, profiling: bool,
+                  device: str | None, as_json: bool) -> None:
+    """Issue #22's figures (and #39's CNN update): each beside its CPU peer and references, in one run."""
     resolved, pinned, label = _setup(device)
-    from rlbench_gpu.suite import run_suite
+    from dataclasses import asdict
 
+    from rlbench_gpu.suite import Bench, run_suite
+
+    chosen = figures or tuple(_FIGURES)
     report = {"threads": pinned, **run_suite(resolved, seconds=seconds, capture=capture, label=label,
                                              num_envs=num_envs, capacity=capacity, dqn_capacity=dqn_capacity,
                                              e2e_steps=None if full else e2e_steps, e2e_num_envs=e2e_num_envs,
-                                             eval_episodes=10 if full else 0, figures=figures or tuple(_FIGURES),
-                                             profiling=profiling)}
+                                             eval_episodes=10 if full else 0,
+                                             figures=tuple(f for f in chosen if f != CNN_FIGURE), profiling=profiling)}
+    if CNN_FIGURE in chosen:
+        report["figures"].append(asdict(cnn_update(Bench(resolved, seconds, capture, label, profiling), cnn_capacity)))
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -357,7 +549,8 @@ def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: in
     for figure in report["figures"]:
         click.echo("")
         click.echo(f"{figure['title']}  (this run: {figure['conditions']})")
-        click.echo(f"  target on an H100: {figure['target']:,.0f}; {figure['judged']}")
+        click.echo(f"  target on an H100: {figure['target']:,.0f}; {figure['judged']}" if figure["target"] is not None
+                   else f"  {figure['judged']}")
         for row in figure["rows"]:
             rate = f"{row['rate']:>15,.0f} {row['unit']:<11}" if row["rate"] is not None else f"{'-':>15} {'':<11}"
             ratio = row["extra"].get("x_peer")

@@ -87,7 +87,8 @@ def rlbench_fingerprint():
 
 # -- NVML energy for runs that use a gpu component ----------------------------------------------------
 def uses_gpu(config: Any) -> bool:
-    return config.compute == "gpu" or config.replay == "gpu" or str(config.env).startswith("gpu/")
+    return (config.compute == "gpu" or getattr(config, "actor_compute", None) == "gpu" or config.replay == "gpu"
+            or str(config.env).startswith("gpu/"))
 
 
 @hookimpl
@@ -97,4 +98,5 @@ def rlbench_energy_meters(config):
         return None
     from rlbench_gpu.energy import NvmlMeter
 
-    return [NvmlMeter(int(config.options.get("compute", {}).get("device", 0)))]
+    options = config.options.get("compute") if config.compute == "gpu" else config.options.get("actor_compute")
+    return [NvmlMeter(int((options or {}).get("device", 0)))]

@@ -357,8 +357,37 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_reports: list[dict[str, An
     stats.extra["time_split"] = {name: r["time_split"] for name, r in reports.items() if "time_split" in r}
     stats.extra["weights_staleness"] = {name: r.get("staleness") for name, r in reports.items() if name.startswith("actor-")}
     stats.extra["links"] = {name: r.get("link") for name, r in reports.items()}
+    stats.extra["weights"] = weights_traffic(reports, stats.updates)
     return DistributedOutcome(stats, recorder, accounting, curve, final_weights, weights_version, failures,
                               stop_reason, roles)
+
+
+def weights_traffic(reports: dict[str, Any], updates: int) -> dict[str, Any]:
+    """The policy's weights on the wire, per link and per learner update: the learner's PUBLISH_PARAMS
+    to the replay node, each actor's PARAMS from it (a CNN's are 6.7 MB a message, so how often they
+    move is a cost of the job, not a detail). Counted by each role's replay client in bytes of whole
+    messages; this run's own (a resumed run's updates and messages since it resumed)."""
+    links: dict[str, dict[str, Any]] = {}
+    for name, report in sorted(reports.items()):
+        traffic = report.get("weights")
+        if not isinstance(traffic, dict):
+            continue
+        direction = "published" if traffic.get("published") else "fetched" if traffic.get("fetched") else None
+        if direction is None:
+            continue
+        links[name] = {"direction": direction, "messages": traffic[direction], "bytes": traffic[f"{direction}_bytes"],
+                       "bytes_per_update": traffic[f"{direction}_bytes"] / updates if updates else None}
+    moved = {direction: sum(link["bytes"] for link in links.values() if link["direction"] == direction)
+             for direction in ("published", "fetched")}
+    moved["total"] = moved["published"] + moved["fetched"]
+    count = {direction: sum(link["messages"] for link in links.values() if link["direction"] == direction)
+             for direction in ("published", "fetched")}
+    messages_moved = count["published"] + count["fetched"]
+    return {"learner_updates": updates,
+            "params_bytes": moved["total"] // messages_moved if messages_moved else None,  # one message's
+            **count, "bytes": moved,
+            "bytes_per_update": {direction: total / updates if updates else None for direction, total in moved.items()},
+            "links": links}
 
 
 # Launchers other than local, as lazy references (a cluster engine is imported only when chosen):

@@ -389,6 +389,11 @@ def _describe(name: str, array: np.ndarray) -> bytes:
     return descriptor
 
 
+def encoded_bytes(op: Op, arrays: Mapping[str, Any] | None = None) -> int:
+    """The bytes of a message of `arrays` on the wire (header, descriptors, padding, data), without encoding it."""
+    return sum(memoryview(part).nbytes for part in python_encode(op, arrays))
+
+
 def joined(parts: Sequence[Any]) -> bytes:
     """One bytes object of an encoded message (for a retry, or a test)."""
     return b"".join(p if isinstance(p, bytes) else bytes(memoryview(p).cast("B")) for p in parts)
@@ -763,8 +768,7 @@ def message_sizes(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, insert
                   "weights": np.zeros(batch_size, np.float32), "step": np.int64(0)},
         "PARAMS (the policy's weights)": weights_arrays([np.zeros(shape, np.float32) for shape in policy_shapes], 0),
     }
-    return {what: sum(memoryview(part).nbytes for part in python_encode(Op.PARAMS, arrays))
-            for what, arrays in candidates.items()}
+    return {what: encoded_bytes(Op.PARAMS, arrays) for what, arrays in candidates.items()}
 
 
 # ---------------------------------------------------------------------------------- authentication

@@ -43,6 +43,9 @@ class ReplayClient:
         # the caller thread's CPU time in them (codec, copies: work, beside the wall time's waiting)
         self.blocked = {"replay": 0, "weights": 0}
         self.cpu = {"replay": 0, "weights": 0}
+        # the weights this client moved: PUBLISH_PARAMS sent (the learner), PARAMS received (an actor),
+        # as messages and their bytes on the wire (what a run reports per learner update)
+        self.weights_traffic = {"published": 0, "published_bytes": 0, "fetched": 0, "fetched_bytes": 0}
         self._cpu_countdown = 1
 
     def _cpu_clock(self) -> int:
@@ -119,6 +122,8 @@ class ReplayClient:
         op, arrays = self.channel.request(Op.FETCH_PARAMS, {"have_version": int(have_version)})
         self._took("weights.FETCH", started, cpu_started)
         if op == Op.PARAMS:
+            self.weights_traffic["fetched"] += 1
+            self.weights_traffic["fetched_bytes"] += messages.encoded_bytes(op, arrays)
             return messages.read_weights(arrays)
         self.finished = self.finished or bool(arrays["finished"])
         return None
@@ -176,8 +181,11 @@ class ReplayClient:
 
     def publish_params(self, weights: Sequence[np.ndarray], version: int) -> None:
         started, cpu_started = time.perf_counter_ns(), thread_time_ns()
-        self.channel.send(Op.PUBLISH_PARAMS, messages.weights_arrays(weights, version))
+        arrays = messages.weights_arrays(weights, version)
+        self.channel.send(Op.PUBLISH_PARAMS, arrays)
         self._took("weights.PUBLISH", started, cpu_started)
+        self.weights_traffic["published"] += 1
+        self.weights_traffic["published_bytes"] += messages.encoded_bytes(Op.PUBLISH_PARAMS, arrays)
 
     def checkpoint(self, number: int) -> int:
         """Learner 0: the node writes its part of checkpoint `number` (the learner's is written); returns

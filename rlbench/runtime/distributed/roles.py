@@ -18,7 +18,7 @@ import numpy as np
 
 from rlbench.algorithms.common import beta_at
 from rlbench.arrays import as_float32, to_host
-from rlbench.config import RunConfig, run_hyperparameters
+from rlbench.config import ACTOR_COMPUTE, RunConfig, actor_compute_of, run_hyperparameters
 from rlbench.errors import RlbenchError
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import CPU_SAMPLE_EVERY, CpuMeter, Recorder, time_split
@@ -89,6 +89,19 @@ def _components(spec: RoleSpec):
     algorithm = registry.get("algorithm", config.algo).create()
     hp = run_hyperparameters(algorithm, config, registry)
     return registry, config, algorithm, hp
+
+
+def actors_compute(registry, spec: RoleSpec):
+    """The compute backend an actor infers on (--actor-compute, else --compute), built with its options."""
+    config = spec.run_config
+    backend = registry.get("compute", actor_compute_of(config))
+    own = backend is not registry.get("compute", config.compute)  # its options are kept apart (validate.py)
+    return backend.create(**spec.options.get(ACTOR_COMPUTE if own else "compute", {}))
+
+
+def _backend(name: str, compute: Any) -> dict[str, str]:
+    """What a role's report says of its compute backend: the name chosen and the class that ran."""
+    return {"name": name, "class": f"{type(compute).__module__}.{type(compute).__qualname__}"}
 
 
 def _transport(registry, spec: RoleSpec):
@@ -182,7 +195,7 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     seed = config.seed + 7919 * (spec.index + 1) + 104729 * spec.resumes  # actors explore differently
     env = registry.get("environment", config.env).create(num_envs=config.num_envs, seed=seed,
                                                          **spec.options.get("environment", {}))
-    compute = registry.get("compute", config.compute).create(**spec.options.get("compute", {}))
+    compute = actors_compute(registry, spec)
     actor = algorithm.make_actor(env.spec, compute, hp, seed)
     prioritized = registry.get("replay", config.replay).capabilities.prioritized
     priorities_of = getattr(actor, "initial_priorities", None) if prioritized else None
@@ -267,7 +280,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     split = time_split(recorder, time.perf_counter() - loop_t0, ACTOR_TIMES, client.blocked_s(), cpu)
     if produced > stored_sent:
         dropped["lost with the replay node (never acknowledged)" if lost else "never sent"] = produced - stored_sent
-    report = {"role": f"actor-{spec.index}", "produced": produced, "sent": stored_sent, "dropped": dropped,
+    report = {"role": f"actor-{spec.index}", "compute": _backend(actor_compute_of(config), compute),
+              "produced": produced, "sent": stored_sent, "dropped": dropped, "weights": client.weights_traffic,
               "weights_version": version, "curve": curve, "histograms": _histograms(recorder),
               "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
               if "weights_staleness" in staleness.histograms else {"count": 0},
@@ -438,7 +452,8 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
         measured["learner"] = -measured["allreduce"]
     cpu.add_seconds(client.cpu_s())
     split = time_split(recorder, time.perf_counter() - loop_t0, LEARNER_TIMES, measured, cpu)
-    report = {"role": spec.name, "updates": updates, "updates_total": learner.updates, "samples": samples,
+    report = {"role": spec.name, "compute": _backend(config.compute, compute), "updates": updates,
+              "updates_total": learner.updates, "samples": samples, "weights": client.weights_traffic,
               "histograms": _histograms(recorder), "checkpoints": checkpoints.written,
               "counters": dict(recorder.counters), "link": client.link_stats(), "lost": lost, "time_split": split,
               "threads": threads_in_use(), **_times(t0, cpu0)}

@@ -155,6 +155,11 @@ class ShardedReplayClient:
     def link_stats(self) -> dict[str, int]:
         return {key: int(value) for key, value in _summed(client.link_stats() for client in self.clients).items()}
 
+    @property
+    def weights_traffic(self) -> dict[str, int]:
+        """Every shard's (weights are published to each)."""
+        return _summed(client.weights_traffic for client in self.clients)
+
     def bye(self, report: dict[str, Any]) -> None:
         for client in self.clients:
             client.bye(report)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlbench.cluster.ray import Node, alive_nodes, connect, import_ray, match_nodes, unknown_node
+from rlbench.config import component_kind
 from rlbench.errors import InvalidCombinationError, RlbenchError
 from rlbench.kit.framing import AddressError
 from rlbench.machine_state import thread_environment
@@ -491,7 +492,7 @@ class RayLauncher:
     def _locate(self, plan: Any) -> None:
         """Every role's actor says where it is and probes the run's components there (one fingerprint
         per node); a node that lacks one is refused."""
-        components = [(kind, c.name) for kind, c in plan.selected().items()]
+        components = [(component_kind(kind), c.name) for kind, c in plan.selected().items()]
         first_on_node: set[str] = set()
         refs = {}
         for name, role in self.roles.items():
