@@ -1113,3 +1113,254 @@ def test_check_policies_runs_the_benchs_own_runs_and_sets_the_speedup_beside_the
     assert outcome.predicted_gain == pytest.approx(
         outcome.candidate.prediction.updates_per_s / outcome.baseline.prediction.updates_per_s - 1)
     assert math.isfinite(outcome.error)
+
+
+# --------------------------------------------------------------------------- image-scale jobs
+class _Clock:
+    """A monotonic clock that moves one unit each time it is read (a validation run's start and end)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_validation_sets_each_run_against_the_default_in_the_same_rounds_so_the_hosts_pace_cancels(monkeypatch):
+    plan = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST, only={"compute": "cpu", "actors": "1"})
+    default = plan.default
+    others = [plan.rows[0], next(row for row in plan.rows if row.mapping.placement == "server")]
+    # the mappings' true rates: the first as predicted, the second 20 % under its prediction
+    truth = {others[0].mapping: others[0].prediction.env_steps_per_s,
+             others[1].mapping: 0.8 * others[1].prediction.env_steps_per_s,
+             default.mapping: default.prediction.env_steps_per_s}
+    clock = _Clock()
+    monkeypatch.setattr(validation, "time", clock)
+    ran = []
+
+    def fake_run(config):  # the host slows by 3 % a clock unit: every absolute rate carries that drift
+        mapping = next(m for m in truth if m.config().placement == config.placement
+                       and m.config().transport == config.transport and m.config().replay == config.replay)
+        ran.append(mapping)
+        rate = truth[mapping] * (1 - 0.03 * (clock.now + 0.5))  # the pace at the run's middle
+        curve = _curve((1000, 50_000.0), (config.steps - 1000, rate))
+        return {"status": "complete", "throughput": {"env_steps": curve[-1]["step"], "updates": 0},
+                "learning_curve": curve, "machine_state": {"other_processes_cores": 0.0}}
+
+    monkeypatch.setattr(rlbench, "run", fake_run)
+    rows = [(others[0], others[0].rank, "top"), (others[1], others[1].rank, "top")]
+    checks = validation.validate(plan, rows, seconds=1.0, reference=default)
+    assert [c.kind for c in checks] == ["top", "top", "default"]  # the default added where the rows lack it
+    # every round starts with the default, and one more default run closes the last round
+    rounds = [i for i, mapping in enumerate(ran) if mapping == default.mapping]
+    assert rounds[0] == 0 and ran[-1] == default.mapping and len(rounds) >= 3
+    first, second, itself = checks
+    assert first.measured_ratio == pytest.approx(first.predicted_ratio, rel=1e-6) and first.ratio_error == \
+        pytest.approx(0.0, abs=1e-6)
+    assert second.ratio_error == pytest.approx(1 / 0.8 - 1, rel=1e-6)  # the model's own miss, the pace gone
+    assert abs(first.error) > 0.05  # absolute: the host's drift since the profile is in it
+    assert itself.reference and itself.measured_ratio == 1.0 and itself.ratio_error == 0.0
+    summary = validation.summary(checks, default.mapping)
+    part = summary["top_and_default"]
+    assert part["ratios_measured"] == 2  # the default's own ratio is no test of the model
+    assert part["max_abs_ratio_error"] == pytest.approx(0.25, rel=1e-6)
+    assert summary["ranking"]["pairs"] == 3
+    from rlbench.plan.cli import format_checks
+    text = format_checks(checks, summary, seconds=1.0, offline=False)
+    assert "as ratios to the default, median |error| 12.5%, max 25.0% over 2 mappings (absolute: median" in text
+    assert "pairs of mappings measured in the order of their predicted ratios" in text and "(itself)" in text
+
+
+def test_the_defaults_rate_at_a_runs_time_is_interpolated_between_its_runs_before_and_after():
+    anchors = [(10.0, 100.0), (20.0, 80.0), (40.0, 60.0)]
+    assert validation.reference_rate(anchors, 15.0) == pytest.approx(90.0)
+    assert validation.reference_rate(anchors, 30.0) == pytest.approx(70.0)
+    assert validation.reference_rate(anchors, 5.0) == 100.0 and validation.reference_rate(anchors, 50.0) == 60.0
+    assert validation.reference_rate([], 5.0) is None
+
+
+def test_validation_runs_wait_for_at_most_a_short_warm_up_whatever_the_jobs_learning_starts(monkeypatch):
+    slow_start = profile.Job.of("dqn", "CartPole-v1", {"learning_starts": 80_000, "buffer_size": 100_000})
+    document = _with_job_key(handmade(), HOST, slow_start.key)
+    plan = planner.make_plan(slow_start, document, max_actors=1, this_host=HOST,
+                             only={"placement": "local", "compute": "cpu", "replay": "prioritized"})
+    configs = []
+
+    def fake_run(config):
+        configs.append(config)
+        curve = _curve((2000, 50_000.0), (config.steps - 2000, 900.0))
+        return {"status": "complete", "throughput": {"env_steps": curve[-1]["step"]}, "learning_curve": curve,
+                "machine_state": {"other_processes_cores": 0.0}}
+
+    monkeypatch.setattr(rlbench, "run", fake_run)
+    check = validation.run_check(plan, plan.rows[0], 1, seconds=1.0, repeats=1)
+    assert configs[0].hyperparameters["learning_starts"] == validation.VALIDATION_LEARNING_STARTS
+    assert configs[0].steps < 10_000 and check.measured == pytest.approx(900.0)
+    assert check.mapping == plan.rows[0].mapping  # reported as the job's mapping
+    cartpole = planner.make_plan(DQN, handmade(), max_actors=1, this_host=HOST, only={"placement": "local"})
+    assert validation.run_mapping(cartpole, cartpole.rows[0].mapping) is cartpole.rows[0].mapping  # 1,000: as it is
+
+
+def _image_samples(buffer_size: int, frame_shape: tuple[int, ...] = (84, 84), rows: int = 256) -> profile.JobSamples:
+    """Samples of an image job without running one: stacked uint8 frames as an Atari actor produces them."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from rlbench.kit.bench import image_transitions
+
+    transitions = image_transitions(rows, 0, frame_shape=frame_shape)
+    transitions["action"] = np.zeros(rows, np.int64)
+    spec = SimpleNamespace(observation_kind="image", frame_stack=4, num_envs=1)
+    hp = SimpleNamespace(batch_size=32, buffer_size=buffer_size)
+    batch = {name: values[:32] for name, values in transitions.items()}
+    return profile.JobSamples(None, hp, spec, transitions, batch, [np.zeros((512, 4), np.float32)], 1.0, 0.0, 1)
+
+
+def test_an_image_jobs_messages_are_sized_as_the_wire_carries_them():
+    samples = _image_samples(1_000)
+    sizes = profile.message_bytes(samples, 128)
+    frame = 84 * 84
+    # an INSERT of 128 consecutive steps carries each frame once: about one a step, not 2 x 4 a step
+    assert 128 * frame < sizes["insert"] < 140 * frame
+    assert 32 * 5 * frame < sizes["batch"] < 32 * 5 * frame + 4_000  # each row's k + 1 frames
+    whole = profile.batch_bytes(samples.batch, 0)  # a memory that stores the stacks whole sends both
+    assert 32 * 8 * frame < whole < 32 * 8 * frame + 4_000
+    assert 512 * 4 * 4 < sizes["weights"] < 512 * 4 * 4 + 1_000
+
+
+def test_a_memory_that_cannot_hold_the_jobs_buffer_and_a_backend_the_validator_refuses_are_left_out_with_why():
+    registry = rlbench.get_registry()
+    whole, frames = registry.get("replay", "memmap"), registry.get("replay", "prioritized")
+    huge = _image_samples(1_000_000)
+    why = profile.footprint_refusal(whole, huge)
+    assert why.startswith("stores each transition whole (56,") and "the job's buffer of 1,000,000 transitions" in why
+    assert "a memory that stores frames once holds it" in why
+    assert profile.footprint_refusal(frames, huge) == ""  # about one 7 KB frame a transition: 7 GB
+    assert profile.footprint_refusal(whole, _image_samples(10_000)) == ""  # 565 MB
+    refusal = profile._refusal(profile.Job.parse("dqn:ALE/Breakout-v5"), registry, compute="fpga")
+    assert "has image observations, which dqn learns with a convolutional network" in refusal
+    assert profile._refusal(profile.Job.parse("dqn:ALE/Breakout-v5"), registry, compute="cpu") == ""
+
+
+def test_the_replay_node_is_timed_with_atari_sized_messages_and_pushes_no_more_than_a_run_would():
+    import numpy as np
+
+    samples = _image_samples(100_000, rows=128)
+    inputs = profile.NodeInputs(samples.rows(128), [np.zeros((1_686_180,), np.float32)], 32, 100_000, frames=4)
+    figures = profile.measure_replay_node(inputs, "shm", "in-network", rounds=10)
+    assert all(math.isfinite(figures[k]) and figures[k] > 0 for k in ("insert_rtt_us", "fetch_rtt_us",
+                                                                      "push_round_us", "push_ready_us"))
+    assert figures["node"]["batch_us"] > 0  # 1.1 MB batches of stacked frames, pushed to a learner that kept up
+
+
+# an image job's profile: a real `rlbench profile --job dqn:ALE/Breakout-v5` on the 2-core VM (docs/planner.md
+# says when, and how busy the host was), its host renamed and each calibration setting's list of runs left out
+ATARI_PROFILE = Path(__file__).parent / "plan_profiles" / "atari.json"
+ATARI_HOST = "atari-0000000000"
+ATARI = profile.Job.parse("dqn:ALE/Breakout-v5")
+
+
+def atari(host: str = ATARI_HOST) -> dict:
+    document = json.loads(ATARI_PROFILE.read_text())
+    entry = document["hosts"].pop(ATARI_HOST)
+    entry["host"] = host
+    document["hosts"][host] = entry
+    return document
+
+
+def atari_plan(**options):
+    return planner.make_plan(ATARI, atari(), this_host=ATARI_HOST, allow_contended=True, **options)
+
+
+def test_an_image_job_is_ranked_on_what_can_run_it_and_the_rest_is_left_out_with_the_reason():
+    plan = atari_plan(max_actors=2)
+    assert plan.schedule == Schedule(batch_size=32, train_every=4, publish_every=50, learning_starts=80_000)
+    assert {row.mapping.compute for row in plan.rows} == {"cpu"}  # the only backend here that runs a CNN
+    assert {row.mapping.replay for row in plan.rows} <= {"prioritized", "uniform"}  # frames stored once
+    assert "convolutional network" in plan.excluded["compute fpga"]
+    for memory in ("fpga", "memmap"):  # a 56 KB transition stored whole, a million of them
+        assert plan.excluded[f"replay {memory}"].startswith("stores each transition whole")
+    assert plan.default is not None and plan.default.mapping.placement == "local"
+    assert all(row.prediction.env_steps_per_s > 0 for row in plan.rows)
+
+
+def test_an_image_jobs_bytes_bound_its_link_at_each_transports_measured_stream_rate():
+    document = atari()
+    entry, figures = document["hosts"][ATARI_HOST], job_figures(document, ATARI, ATARI_HOST)
+    schedule = model.Schedule(batch_size=32, train_every=4, publish_every=50)
+    mapping = Mapping("dqn", "ALE/Breakout-v5", "cpu", placement="server", replay="prioritized", transport="shm")
+    link = model.link_terms(mapping, figures, schedule, entry["transports"])
+    messages = figures["messages"]
+    shm = {case["size"]: case["mb_per_s"] for case in entry["transports"]["shm"]["cases"]}
+    out = {term.name: term.us for term in link["out of the node"]}
+    assert out["batches"] == pytest.approx(messages["batch"] / shm[messages["batch"]] / 4)  # one batch per 4 steps
+    fetched = min(1.0, 128 / (4 * 50)) / 128  # an actor fetches weights after 64 % of its INSERTs
+    assert out["weights fetched"] == pytest.approx(messages["weights"] / shm[messages["weights"]] * fetched)
+    into = {term.name: term.us for term in link["into the node"]}
+    assert into["INSERTs"] == pytest.approx(messages["insert"] / shm[messages["insert"]] / 128)
+    # loopback streams gigabytes a second: the link does not bind here ...
+    prediction = model.predict(mapping, figures, entry, schedule, MODELLED)
+    assert "link" not in prediction.bottleneck and prediction.bounds["shm link out of the node"] > 10 * \
+        prediction.env_steps_per_s
+    # ... but a transport that streamed 1,000 times slower would carry a few batches a second
+    for case in entry["transports"]["shm"]["cases"]:
+        case["mb_per_s"] /= 1000
+    slow = model.predict(mapping, figures, entry, schedule, MODELLED)
+    assert slow.bottleneck.startswith("shm link out of the node: batches")
+    assert slow.env_steps_per_s == pytest.approx(1e6 / (1000 * sum(out.values())))
+    cartpole = handmade()  # a vector job's profile streamed no size near its messages: no link bound, as before
+    assert model.link_terms(dqn_mapping(placement="server", transport="shm"), job_figures(cartpole),
+                            schedule, cartpole["hosts"][HOST]["transports"]) == {"into the node": [],
+                                                                                 "out of the node": []}
+
+
+def test_a_memory_of_whole_stacks_waits_for_its_larger_batches_at_the_transports_rate():
+    document = atari()
+    entry, figures = document["hosts"][ATARI_HOST], job_figures(document, ATARI, ATARI_HOST)
+    schedule = model.Schedule(batch_size=32, train_every=4, publish_every=50)
+    mapping = Mapping("dqn", "ALE/Breakout-v5", "cpu", placement="server", replay="uniform", transport="tcp")
+    before = model.predict(mapping, figures, entry, schedule, MODELLED)
+    uniform = figures["replay"]["uniform"]
+    uniform["batch_bytes"] = round(uniform["batch_bytes"] * 8 / 5)  # obs and next_obs whole: 8 frames a row, not 5
+    after = model.predict(mapping, figures, entry, schedule, MODELLED)
+    extra = model.stream_us(entry["transports"], "tcp", uniform["batch_bytes"]) - \
+        model.stream_us(entry["transports"], "tcp", figures["replay"]["prioritized"]["batch_bytes"])
+    waits = [{t.name: t.us for t in p.learner_terms}["waiting for the replay node"] for p in (before, after)]
+    assert extra > 0 and waits[1] - waits[0] == pytest.approx(extra / 4)  # per env step: one batch per 4
+
+
+def test_an_image_jobs_calibration_trains_every_four_steps_and_keeps_its_runs_short():
+    figures = job_figures(atari(), ATARI, ATARI_HOST)
+    assert profile.calibration_train_every(ATARI, figures) == 4  # a CNN update outweighs an actor's step many times
+    local = figures["calibration"]["local"]
+    assert local["train_every"] == 4
+    settings = profile.calibration_settings(ATARI, figures, atari()["hosts"][ATARI_HOST]["transports"],
+                                            rlbench.get_registry(), calibrate=("shm",), cores=2)
+    for setting in settings:
+        learning_starts, steps, lead = profile._calibration_budget(ATARI, figures, setting, 2)
+        assert learning_starts <= profile.CALIBRATION_WARM_UP_STEPS < 80_000  # never the preset's warm-up
+        window = (steps - learning_starts - lead) * (1 - measure.SETTLE)
+        assert window >= min(profile.SPLIT_STEADY_STEPS, profile.CALIBRATION_EPISODES * figures["episode_steps"]) - 1
+    # the local pair, read at k = 4 and at the actor-heavy run's k: 1 / X_i = s + u / k_i
+    heavy = figures["calibration"]["local/actor-heavy"]
+    costs = model.local_costs(figures)
+    for run in (local, heavy):
+        assert 1e6 / run["env_steps_per_s"] == pytest.approx(costs.step + costs.update / run["train_every"])
+
+
+def test_plan_command_ranks_mappings_for_an_atari_job(tmp_path):
+    from click.testing import CliRunner
+
+    from rlbench.plan.cli import plan_command
+
+    here = profile.this_host_key()
+    path = tmp_path / "atari.json"
+    path.write_text(json.dumps(atari(here)))
+    result = CliRunner().invoke(plan_command, ["--env", "ALE/Breakout-v5", "--profile", str(path), "--no-out",
+                                               "--allow-contended", "--top", "5"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("rlbench plan: dqn on ALE/Breakout-v5") and "schedule: batch 32, train every 4" in \
+        result.output
+    assert "compute fpga: ALE/Breakout-v5 has image observations" in result.output

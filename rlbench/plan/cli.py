@@ -60,6 +60,10 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
+def _bytes(size: float) -> str:
+    return f"{size / 1e6:,.2f} MB" if size >= 1e6 else f"{size / 1e3:,.1f} KB" if size >= 1e3 else f"{size:,.0f} B"
+
+
 def _rate(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "n/a"
@@ -204,7 +208,9 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
                                   else f"not measured ({entry['power'].get('reason')})")]
     for name, transport in entry.get("transports", {}).items():
         if transport.get("available"):
-            cases = ", ".join(f"{c['size']} B {c['p50_us']:.0f} us" for c in transport["cases"])
+            cases = ", ".join(f"{_bytes(c['size'])} {c['p50_us']:,.0f} us" + (f" ({c['mb_per_s']:,.0f} MB/s one way)"
+                                                                            if c["size"] >= 1e5 else "")
+                              for c in transport["cases"])
             lines.append(f"  transport {name:<6} round trip p50: {cases}")
         elif transport.get("crosses_processes"):
             lines.append(f"  transport {name:<6} not measured: {transport.get('reason')}")
@@ -224,6 +230,11 @@ def format_profile(entry: dict[str, Any], keys: list[str]) -> str:
                                 f"{modelled['per_update_s'] * 1e9:.2f} ns/update]" if modelled else ""))
             continue
         lines.append(f"  env step {job['env_step_us']:.1f} us")
+        sizes = job.get("messages") or {}
+        if sizes:
+            lines.append("  messages: " + ", ".join(f"{name} {_bytes(size)}" for name, size in sizes.items())
+                         + (f" (an image's {job['frames']} frames per observation: each once in an INSERT, k + 1 "
+                            "per row in a BATCH)" if job.get("frames") else ""))
         for name, c in job["compute"].items():
             lines.append(f"  compute {name:<8} " + (f"inference {c['inference_us']:.1f} us, learner update "
                                                     f"{c['learner_update_us']:.0f} us, publish {c['publish_us']:.1f} us"
@@ -371,7 +382,9 @@ def plan_command(algo: str, env: str, hp: tuple[str, ...], num_envs: int, datase
         rows += [(row, None, "holdout") for row in
                  validation.holdout_rows(plan, document, holdout_n, seed=seed, exclude=[r for r, _, _ in rows])]
     if rows:
-        checks = validation.validate(plan, rows, seconds=seconds, seed=seed, repeats=repeats, progress=_echo_err)
+        # each measured against the default in the same rounds: the host's pace cancels in the ratio
+        checks = validation.validate(plan, rows, seconds=seconds, seed=seed, repeats=repeats, progress=_echo_err,
+                                     reference=None if plan.offline else plan.default)
         summary = validation.summary(checks, plan.default.mapping if plan.default else None)
         report["validation"] = {"checks": [check_json(c) for c in checks], "summary": summary}
         if not as_json:
@@ -470,7 +483,10 @@ def check_json(check: Any) -> dict[str, Any]:
             "measured_updates_per_s": check.measured_updates_per_s, "predicted_updates_per_s": check.prediction.updates_per_s, "status": check.status, "steps": check.steps,
             "window_s": check.window_s, "contended": check.contended, "machine_state": check.machine,
             "learner_per_update_us": [{"part": part, "predicted": predicted, "measured": measured}
-                                      for part, predicted, measured in check.learner_split]}
+                                      for part, predicted, measured in check.learner_split],
+            "to_default": {"reference": check.reference, "predicted": check.predicted_ratio,
+                           "measured": check.measured_ratio, "spread": check.ratio_spread, "runs": check.ratios,
+                           "error": check.ratio_error}}
 
 
 def gain_json(outcome: Any, plan: Any) -> dict[str, Any]:
@@ -597,20 +613,42 @@ def format_checks(checks: list[Any], summary: dict[str, Any], *, seconds: float,
     from rlbench.plan.validation import HOST_DRIFT
 
     what = "fit_offline updates/s" if offline else f"env steps/s in each run's steady window (about {seconds:g} s)"
+    rated = any(c.measured_ratio is not None for c in checks)
     body = []
     for c in checks:
         error = c.error
         label = {"top": str(c.rank), "default": "default", "holdout": "holdout"}.get(c.kind, c.kind)
-        body.append([label, c.mapping.label(), _rate(c.predicted) + f" ±{c.prediction.spread:.0%}",
-                     _rate(c.measured) + (f" ±{c.spread:.0%}" if c.spread is not None else ""),
-                     "n/a" if error is None else f"{error:+.1%}", _machine_cell(c), c.status])
-    lines = ["", f"validation: predicted (modelled) vs measured {what}"]
-    lines += _table(["run", "mapping", "predicted", "measured", "error", "machine", "status"], body)
+        cells = [label, c.mapping.label(), _rate(c.predicted) + f" ±{c.prediction.spread:.0%}",
+                 _rate(c.measured) + (f" ±{c.spread:.0%}" if c.spread is not None else ""),
+                 "n/a" if error is None else f"{error:+.1%}"]
+        if rated:
+            ratio = c.ratio_error
+            cells += [f"x{c.predicted_ratio:.2f}" if c.predicted_ratio else "n/a",
+                      "(itself)" if c.reference else (f"x{c.measured_ratio:.2f} ±{c.ratio_spread:.0%}"
+                                                      if c.measured_ratio else "n/a"),
+                      "" if c.reference else ("n/a" if ratio is None else f"{ratio:+.1%}")]
+        body.append([*cells, _machine_cell(c), c.status])
+    lines = ["", f"validation: predicted (modelled) vs measured {what}"
+             + ("; and each as a ratio to the default mapping measured in the same rounds (the host's pace "
+                "cancels in it)" if rated else "")]
+    headers = ["run", "mapping", "predicted", "measured", "error"]
+    if rated:
+        headers += ["to default: predicted", "measured", "error"]
+    lines += _table([*headers, "machine", "status"], body)
     for name, title in (("top_and_default", "top K and default"), ("holdout", "holdout (never calibrated)")):
         part = summary[name]
-        if part["median_abs_error"] is not None:
-            lines.append(f"{title}: median |error| {part['median_abs_error']:.1%}, max {part['max_abs_error']:.1%} "
-                         f"over {part['measured']} mappings")
+        absolute = (f"median |error| {part['median_abs_error']:.1%}, max {part['max_abs_error']:.1%} over "
+                    f"{part['measured']} mappings" if part["median_abs_error"] is not None else "")
+        if part.get("median_abs_ratio_error") is not None:
+            lines.append(f"{title}: as ratios to the default, median |error| {part['median_abs_ratio_error']:.1%}, "
+                         f"max {part['max_abs_ratio_error']:.1%} over {part['ratios_measured']} mappings"
+                         + (f" (absolute: {absolute})" if absolute else ""))
+        elif absolute:
+            lines.append(f"{title}: {absolute}")
+    order = summary.get("ranking") or {}
+    if order.get("pairs"):
+        lines.append(f"ranking: {order['in_predicted_order']} of {order['pairs']} pairs of mappings measured in the "
+                     "order of their predicted ratios")
     if summary["contended_runs"]:
         lines.append(f"WARNING: {summary['contended_runs']} of {len(checks)} runs were measured while other processes "
                      "used the machine: their errors are the machine's as much as the model's")

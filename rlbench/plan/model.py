@@ -150,6 +150,21 @@ t = t_sample + max(t_update + t_insert, t_learn), in rate form, extended):
   the actors' supply A / a stops being the bound (a learner, the node or the CPU binds instead).
   The bottleneck named is the bound that binds, with its largest term.
 
+Bytes, at image scale. An Atari job's messages are large (its INSERT of 128 steps carries each frame
+once, 0.87 MB; a BATCH of 32 carries each row's k + 1 frames, 1.13 MB; PARAMS, the Nature CNN's
+weights, 6.7 MB every P updates), so how fast a transport moves bytes matters beside its round
+trips. Every message's handling is in the terms above at its own size (the replay node is timed
+with the job's own transitions); two terms read the transport's one-way stream rate, measured by
+the profile at each of the job's message sizes (`stream_us`):
+  link   a bound of its own on the replay node's link, each direction the time the transport takes
+         to stream what crosses it per env step: into the node INSERT / C + N prio / k + PARAMS / (k P),
+         out of it N BATCH(m) / k + f PARAMS / C. X_link = 1 / that. It binds where bytes set the pace
+         (a fast learner's batches), which the round trips, timed one message at a time, do not show.
+  batch  a memory that stores an image's stacks whole sends a larger BATCH than the memory the node
+         was timed with (obs and next_obs, 1.8 MB, against k + 1 frames a row): the difference, at
+         the transport's rate, is added to its cycle(m) (on the node, and on a server learner's path).
+A vector job's messages are a few KB and neither term moves its predictions.
+
 Not modelled: other processes' use of the cores (the profile and every validation run record it:
 `machine_state`; `rlbench plan` refuses a contended profile unless told otherwise); the learner slowing a little as busier actors share its core (up to ~10 % at 2 actors, k = 4).
 
@@ -417,25 +432,27 @@ class LocalCosts:
 
 def local_costs(job: dict[str, Any]) -> LocalCosts:
     """s and u of the local loop with the calibrated components (cpu, prioritized): from the
-    learner-heavy and actor-heavy calibration runs (two equations); without the actor-heavy one,
-    the learner-heavy run's warm-up stands in for s."""
+    learner-heavy and actor-heavy calibration runs (two equations, 1/X_i = s + u / k_i: the
+    learner-heavy run trains every k_1 env steps, 1 but for a job whose update outweighs an actor's
+    step many times, rlbench.plan.profile.calibration_train_every); without the actor-heavy one, the
+    learner-heavy run's warm-up stands in for s."""
     heavy = _calibration(job, "local")
     if heavy is None:
         raise ModelError("the profile has no local calibration run of this job (run `rlbench profile` again)")
     light = _calibration(job, "local/actor-heavy")
-    period_1 = 1e6 / heavy["env_steps_per_s"]
+    period_1, k_1 = 1e6 / heavy["env_steps_per_s"], heavy.get("train_every", 1)
     spread_1 = _spread(heavy, "env_steps_per_s")
-    if light is not None and light["train_every"] > 1:
+    if light is not None and light["train_every"] > k_1:
         period_k, k = 1e6 / light["env_steps_per_s"], light["train_every"]
-        update = (period_1 - period_k) / (1 - 1 / k)
-        step = period_1 - update
+        update = (period_1 - period_k) / (1 / k_1 - 1 / k)
+        step = period_1 - update / k_1
         if step > 0 and update > 0:
             spread_k = _spread(light, "env_steps_per_s")
             return LocalCosts(step, update, spread_k, (period_1 * spread_1 + period_k * spread_k) / update)
     if "free_step_us" not in heavy:
         raise ModelError("the local calibration run did not time the loop's steps (run `rlbench profile` again)")
     step = heavy["free_step_us"]
-    return LocalCosts(step, max(period_1 - step, 0.0), _spread(heavy, "free_step_us"), spread_1)
+    return LocalCosts(step, max(period_1 - step, 0.0) * k_1, _spread(heavy, "free_step_us"), spread_1)
 
 
 def _micro_step(parts: _Parts, n: int) -> float:
@@ -727,9 +744,63 @@ def _group_us(job: dict[str, Any], learners: int, grouped: GroupCalibration | No
     return grouped.group + max(0.0, ring - _ring_us(job, grouped.learners))
 
 
+def stream_us(transports: dict[str, Any] | None, transport: str, size: float) -> float | None:
+    """Microseconds `transport` takes to stream a message of `size` bytes one way: its one-way stream's
+    bytes/s measured at the size nearest this one (the profile times each transport at the job's
+    message sizes); None where no size within a factor of two was measured (a 64-byte stream's rate
+    says nothing of a megabyte's)."""
+    cases = [c for c in ((transports or {}).get(transport) or {}).get("cases") or [] if c.get("mb_per_s")]
+    if not cases or size <= 0:
+        return None
+    nearest = min(cases, key=lambda c: abs(math.log(c["size"] / size)))
+    if abs(math.log(nearest["size"] / size)) > math.log(2):
+        return None
+    return size / nearest["mb_per_s"]  # bytes / (1e6 bytes/s) = microseconds
+
+
+def link_terms(mapping: Mapping, job: dict[str, Any], schedule: Schedule,
+               transports: dict[str, Any] | None) -> dict[str, list[Term]]:
+    """The bytes the replay node's link carries per env step, each direction as the time the transport
+    takes to stream them (`stream_us`): into the node the actors' INSERTs (one per C transitions),
+    the learners' priorities and the weights learner 0 publishes; out of it the batches (this memory's:
+    an image's stacks as it stores them) and the weights actors fetch. Sizes the profile did not
+    stream are left out (a profile made before it timed the job's sizes has no link bound)."""
+    messages = job.get("messages") or {}
+    chunk, k, every = job["insert_transitions"], schedule.train_every, schedule.publish_every
+    learners, transport = mapping.learners, mapping.transport
+    fetch_share = min(1.0, mapping.actors * chunk / (k * every))
+    memory = (job.get("replay") or {}).get(mapping.replay or "") or {}
+    batch = memory.get("batch_bytes", messages.get("batch", 0))
+
+    def term(name: str, size: float, per_step: float) -> list[Term]:
+        us = stream_us(transports, transport, size)
+        return [] if us is None else [Term(name, us * per_step)]
+
+    return {"into the node": [*term("INSERTs", messages.get("insert", 0), 1 / chunk),
+                              *term("priorities", messages.get("priorities", 0), learners / k),
+                              *term("weights published", messages.get("weights", 0), 1 / (k * every))],
+            "out of the node": [*term("batches", batch, learners / k),
+                                *term("weights fetched", messages.get("weights", 0), fetch_share / chunk)]}
+
+
+def _batch_transfer_extra(job: dict[str, Any], replay: str | None, transport: str,
+                          transports: dict[str, Any] | None) -> float:
+    """Microseconds more per batch for a memory whose BATCH is larger than the one the replay node was
+    timed with (the prioritized memory's): an image job's stacks stored whole (obs and next_obs, 1.8 MB
+    for Atari) against each row's k + 1 frames (1.1 MB), streamed at the transport's measured rate."""
+    memory = (job.get("replay") or {}).get(replay or "") or {}
+    timed = ((job.get("replay") or {}).get("prioritized") or {}).get("batch_bytes")
+    extra = memory.get("batch_bytes", 0) - (timed or 0)
+    if not timed or extra <= 0:
+        return 0.0
+    whole, measured = stream_us(transports, transport, memory["batch_bytes"]), stream_us(transports, transport, timed)
+    return max(0.0, whole - measured) if whole is not None and measured is not None else 0.0
+
+
 def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedule, cores: float,
-                        calibrated: DistributedCalibration) -> dict[str, Any]:
-    """Every bound of a distributed mapping, in env steps/s, with the terms behind each."""
+                        calibrated: DistributedCalibration, transports: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every bound of a distributed mapping, in env steps/s, with the terms behind each (`transports`:
+    the host's measured transports, for the link and the bytes of a memory's batches)."""
     n, chunk = job["num_envs"], job["insert_transitions"]
     k, every, actors, learners = schedule.train_every, schedule.publish_every, mapping.actors, mapping.learners
     full = job["hyperparameters"]["batch_size"]
@@ -739,7 +810,8 @@ def _distributed_bounds(mapping: Mapping, job: dict[str, Any], schedule: Schedul
     ref = _parts(job, "prioritized", "cpu")
     node = _node(job, mapping.transport, mapping.placement)
     ref_node = _node(job, calibrated.transport, mapping.placement)
-    d_cycle = p.cycle - ref.cycle
+    # the memory's work per update against the calibrated one's, and the bytes more its batches carry
+    d_cycle = p.cycle - ref.cycle + _batch_transfer_extra(job, mapping.replay, mapping.transport, transports)
     fetch_share = min(1.0, actors * chunk / (k * every))
     backend = backend_deltas(job, mapping.compute)
     # the learner's period per update
@@ -860,12 +932,20 @@ def kappa_of(saturation_measured: float) -> float:
 def predict_distributed(mapping: Mapping, job: dict[str, Any], host: dict[str, Any], schedule: Schedule) -> Prediction:
     cores = _cores(host)
     calibrated = distributed_calibration(job, mapping.placement, cores)
-    bounds = _distributed_bounds(mapping, job, schedule, cores, calibrated)
+    transports = host.get("transports")
+    bounds = _distributed_bounds(mapping, job, schedule, cores, calibrated, transports)
     actors, k = mapping.actors, schedule.train_every
     who = "learners" if mapping.learners > 1 else "learner"
     named = {f"actors ({actors})": bounds["actors"], who: bounds["learner"], "replay node": bounds["node"],
              f"CPU ({cores:g} cores)": bounds["cpu"]}
     keys = dict(zip(named, ("actors", "learner", "node", "cpu")))
+    # the link: a bound of its own, not a term of the others (each message's handling, at its size, is in
+    # the roles' terms already); it binds where bytes, not round trips, set the pace
+    for direction, link in link_terms(mapping, job, schedule, transports).items():
+        if link:
+            name = f"{mapping.transport} link {direction}"
+            named[name], keys[name] = 1e6 / sum(t.us for t in link), name
+            bounds["terms"][name] = link
     name = min(named, key=named.get)
     x = named[name]
     terms = bounds["terms"][keys[name]]
@@ -944,11 +1024,22 @@ def limiter_lead(schedule: Schedule, actors: int) -> float:
     return rate_limiter_for(schedule, actors).insert_lead
 
 
+def slack_steps(schedule: Schedule, actors: int) -> float:
+    """Env steps a distributed run's actors make beyond the learner's pace before they are held: the
+    rate limiter's slack, and each actor's INSERT the node holds with the next one filling as the
+    actor steps (2 C each). An Atari run's 3 actors: 776 + 768, where its window is ~600 steps: a
+    window that started after the limiter's slack alone measured the actors running free (173 env
+    steps/s where its learners' compute allowed 12)."""
+    from rlbench.plan.profile import insert_transitions
+
+    return limiter_lead(schedule, actors) + 2 * actors * insert_transitions()
+
+
 def warm_up_steps(mapping: Mapping, schedule: Schedule) -> float:
     """Env steps before a run of `mapping` is in its steady state: learning_starts (at least one
-    batch), and distributed the limiter's slack, which actors fill at their own pace."""
+    batch), and distributed the actors' slack (`slack_steps`), which they fill at their own pace."""
     start = max(schedule.learning_starts, schedule.batch_size)
-    return start if mapping.placement == "local" else start + limiter_lead(schedule, mapping.actors)
+    return start if mapping.placement == "local" else start + slack_steps(schedule, mapping.actors)
 
 
 def knee(rates: list[tuple[int, float]], gain: float = KNEE_GAIN) -> int | None:

@@ -32,8 +32,16 @@ and `rlbench plan` refuses such a profile unless told `--allow-contended`.
     one step and of one INSERT message's transitions, ``sample(batch_size)``,
     ``update_priorities(batch_size)`` and the two alternated as the replay node does them per
     update (``cycle_us``: a memory may defer work from one to the other), on a memory filled to
-    ``min(buffer_size, 20,000)``;
-  * the sizes of the wire messages (INSERT, BATCH, priorities, weights);
+    ``min(buffer_size, 20,000)`` and built as a run builds it (`transitions.make_memory`: told
+    ``frames=`` where it stores an image's frames once). A backend or memory that cannot run the job is
+    left out with the reason, never measured: a backend the validator refuses (an image job on one
+    without convolutions), a memory whose full buffer would not fit the host's memory
+    (`footprint_refusal`: an Atari transition stored whole is 56 KB, a million of them 53 GiB);
+  * the sizes of the wire messages (INSERT, BATCH, priorities, weights), each encoded as the runtime
+    sends it from the job's own transitions: an image job's INSERT carries each frame once and its
+    BATCH each row's k + 1 frames (a memory that stores frames once) or both stacks whole (any other:
+    each memory's ``batch_bytes``); the transports are timed at these sizes, round trip and one-way
+    stream (the model's link bound);
   * ``allreduce``: policy data-parallel's collectives among N idle learner processes (gloo: the
     gradient all-reduce and the step's agreement), per update, for each learner count N a plan
     considers (``by_learners``);
@@ -50,7 +58,13 @@ and `rlbench plan` refuses such a profile unless told `--allow-contended`.
     spends per update (compute, sends, its loop, CPU) and what actors and the replay node spend
     per env step. These in-situ figures carry what no micro measurement sees (loop bookkeeping,
     cache pollution, waking a sleeping peer, processes sharing cores); the model keeps them as
-    the loops' own costs and adds the micro differences of other components to them.
+    the loops' own costs and adds the micro differences of other components to them. A run's
+    warm-up and steady window are sized in env steps for CartPole's pace and capped in seconds
+    (CALIBRATION_WARM_UP_MAX_S, CALIBRATION_STEADY_MAX_S) for a job a hundred times slower per step,
+    never under CALIBRATION_EPISODES of the job's episodes; its learner-bound runs train every
+    `calibration_train_every` env steps: an Atari job (a CNN update of 40-100 ms every 4 env steps
+    here) is calibrated at its own k = 4 on warm-ups of ~900 steps and windows of ~650, never its
+    preset's learning_starts of 80,000, which a profile could not wait for (docs/planner.md).
 
   For tabular algorithms offline (SwiftRL): per compute backend and setting (``--dpus`` counts of
   the upmem plugin), ``fit_offline`` timed at two dataset sizes and fitted as
@@ -94,7 +108,8 @@ SCHEDULE_HYPERPARAMETERS = frozenset({
 # plan may choose). Keyed by the option's flag.
 OPTION_SWEEPS: dict[str, tuple[Any, ...]] = {"--dpus": (64, 256, 1024, 2048)}
 DEFAULT_CALIBRATED = ("shm",)  # transports with calibration runs (the rest: replay-node figures + pooled loop costs)
-TRANSPORT_TIME_LIMIT_S = 15.0  # a transport whose measurements take longer is left out (with the reason)
+TRANSPORT_TIME_LIMIT_S = 30.0  # a transport whose measurements take longer is left out (with the reason): an
+# image job's node figures alone take 5-10 s a transport on a busy host (its messages are megabytes)
 # Transports a profile leaves out unless named (`rlbench profile --transports`), and why.
 NOT_PROFILED_BY_DEFAULT = {
     "ray": "not profiled by default: it starts a Ray cluster first, longer than the profile's two minutes allow; "
@@ -102,7 +117,15 @@ NOT_PROFILED_BY_DEFAULT = {
 TRANSPORT_CASE_S = 0.1  # seconds per transport benchmark case (size x mode)
 CALIBRATION_FREE_S = 0.4  # a calibration run's warm-up: long enough to time the actor alone
 CALIBRATION_STEADY_S = 1.5  # a calibration run's steady window (after warm-up and the limiter's slack) ...
-CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough episodes end in it)
+CALIBRATION_STEADY_STEPS = 1_200  # ... and at least this many env steps (enough episodes end in it) ...
+CALIBRATION_STEADY_MAX_S = 4.0  # ... unless they take longer than this at the rate the micro figures suggest
+# (an Atari job's ~100 env steps/s: 1,200 steps are 12 s a run; its lives end every ~30 steps, so 4 s hold
+# a dozen episodes)
+CALIBRATION_WARM_UP_STEPS = 2_000  # a calibration run's learning_starts at least (where its actor is not timed
+CALIBRATION_WARM_UP_MAX_S = 1.0  # alone), unless its actor alone takes longer than this for them
+CALIBRATION_EPISODES = 24  # episodes of the job's actor a capped window or warm-up holds at least (a rate
+# needs measure.MIN_POINTS episode ends, three in each half)
+LEARNER_BOUND = 2.0  # a learner-bound calibration run's updates take at least this many times its actor's steps
 SPLIT_STEADY_STEPS = 400  # the steady window of a run read only for its learner's time split per update
 # (a transport's wait, lock-step): an average over hundreds of updates, which needs no long window for a rate
 CALIBRATION_REPEATS = 2  # undisturbed runs per calibration setting that agree within ...
@@ -461,6 +484,7 @@ class JobSamples:
     env_step_us: float
     env_step_spread: float
     torch_threads: int  # torch's intra-op threads in a fresh process (before any backend sets them)
+    episode_steps: float = math.inf  # env steps per episode the job's actor ran, on average (inf: none ended)
 
     def rows(self, n: int) -> dict[str, Any]:
         import numpy as np
@@ -471,18 +495,27 @@ class JobSamples:
     def row_bytes(self) -> int:
         return sum(values[:1].nbytes for values in self.transitions.values())
 
+    @property
+    def frames(self) -> int:
+        """What a memory that stores frames once is told, and an actor's INSERTs carry (transitions.frames_of)."""
+        from rlbench.runtime.transitions import frames_of
+
+        return frames_of(self.spec)
+
     def node_inputs(self) -> NodeInputs:
-        return NodeInputs(self.rows(insert_transitions()), self.weights, self.hp.batch_size, self.hp.buffer_size)
+        return NodeInputs(self.rows(insert_transitions()), self.weights, self.hp.batch_size, self.hp.buffer_size,
+                          self.frames)
 
 
 @dataclass
 class NodeInputs:
     """What `measure_replay_node` sends, as plain data (it travels to a child process)."""
 
-    insert: dict[str, Any]  # one INSERT message's transitions
+    insert: dict[str, Any]  # one INSERT message's transitions (consecutive steps of the job's actor)
     weights: list[Any]
     batch_size: int
     capacity: int
+    frames: int = 0  # an image job's frames per observation: INSERTs carry each frame once, the memory stores it once
 
 
 def collect_samples(job: Job, registry: Any, steps: int | None = None) -> JobSamples:
@@ -520,8 +553,10 @@ def collect_samples(job: Job, registry: Any, steps: int | None = None) -> JobSam
         env.close()
     transitions = {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
     chosen = np.random.default_rng(0).integers(0, len(transitions["obs"]), hp.batch_size)
+    ended = float(np.count_nonzero(transitions["done"]))
     return JobSamples(algorithm, hp, spec, transitions, {name: v[chosen] for name, v in transitions.items()},
-                      [np.asarray(w) for w in weights], *spread_of(env_times), torch_threads)
+                      [np.asarray(w) for w in weights], *spread_of(env_times), torch_threads,
+                      len(transitions["done"]) / ended if ended else math.inf)
 
 
 def measure_replay_job(job: Job, registry: Any, progress: Progress, samples: JobSamples | None = None) -> dict[str, Any]:
@@ -534,22 +569,105 @@ def measure_replay_job(job: Job, registry: Any, progress: Progress, samples: Job
         "hyperparameters": {k: getattr(hp, k) for k in ("batch_size", "train_every", "publish_every",
                                                         "learning_starts", "buffer_size")},
         "insert_transitions": chunk,
+        "frames": samples.frames,
+        "episode_steps": samples.episode_steps if math.isfinite(samples.episode_steps) else None,
         "env_step_us": samples.env_step_us,
         "spread": {"env_step_us": samples.env_step_spread},
-        "messages": {"insert": chunk * samples.row_bytes + 256,
-                     "batch": hp.batch_size * (samples.row_bytes + 12) + 256,
-                     "priorities": hp.batch_size * 16 + 128,
-                     "weights": sum(w.nbytes for w in samples.weights) + 64 * len(samples.weights)},
+        "messages": message_bytes(samples, chunk),
         "compute": {}, "replay": {},
     }
     for component in registry.components("compute"):
         if all(component.capabilities.supports(job.algo, role) for role in samples.algorithm.capabilities.roles):
-            figures["compute"][component.name] = _measured_or_why(component, _measure_compute, samples)
+            refusal = _refusal(job, registry, compute=component.name)
+            figures["compute"][component.name] = {"available": False, "reason": refusal} if refusal else \
+                _measured_or_why(component, _measure_compute, samples)
     for component in registry.components("replay"):
-        figures["replay"][component.name] = _measured_or_why(component, _measure_memory, samples, chunk)
+        refusal = footprint_refusal(component, samples)
+        figures["replay"][component.name] = {"available": False, "reason": refusal} if refusal else \
+            _measured_or_why(component, _measure_memory, samples, chunk)
     progress(f"{job.key}: env, {len(figures['compute'])} compute backends, {len(figures['replay'])} replay memories "
              f"({time.perf_counter() - t0:.1f} s)")
     return figures
+
+
+def message_bytes(samples: JobSamples, chunk: int) -> dict[str, int]:
+    """Bytes of the job's messages on the wire, each encoded as the runtime sends it from the job's own
+    transitions: an actor's INSERT of `chunk` consecutive steps (an image job's: each frame once), the
+    BATCH of a memory that stores frames once (each row's k + 1 frames; a memory of whole stacks sends
+    its own size, its ``batch_bytes``), the learner's priorities and the policy's weights (PARAMS)."""
+    from rlbench.runtime.distributed import messages
+    from rlbench.runtime.distributed.replay_client import _insert as insert_arrays  # the actor's INSERT, as it is built
+
+    hp = samples.hp
+    insert = messages.encoded_bytes(messages.Op.INSERT, insert_arrays(samples.rows(chunk), None, chunk, samples.frames))
+    return {"insert": insert, "batch": batch_bytes(samples.batch, samples.frames),
+            "priorities": hp.batch_size * 16 + 128,
+            "weights": messages.encoded_bytes(messages.Op.PARAMS, messages.weights_arrays(samples.weights, 0))}
+
+
+def batch_bytes(batch: dict[str, Any], frames: int) -> int:
+    """Bytes of a BATCH of these transitions as the replay node sends it (ReplayNode._batch): from a memory
+    that stores frames once (`frames` > 0), each row's k + 1 frames (``stacks``), else obs and next_obs whole."""
+    import numpy as np
+
+    from rlbench.runtime.distributed import messages
+
+    rows = len(batch["reward"])
+    arrays = {"indices": np.zeros(rows, np.int64), "weights": np.zeros(rows, np.float32), **batch,
+              "step": np.int64(0)}
+    if frames:
+        obs = batch["obs"]
+        per_row = obs.shape[1] + 1 if frames > 1 else 2
+        del arrays["obs"], arrays["next_obs"]
+        arrays["stacks"] = np.zeros((rows, per_row, *obs.shape[2 if frames > 1 else 1:]), obs.dtype)
+    return messages.encoded_bytes(messages.Op.BATCH, arrays)
+
+
+def _refusal(job: Job, registry: Any, **components: str) -> str:
+    """The validator's refusal of a local run of the job on these components ("" where it accepts it, or
+    where only availability stops it: a probe says why then): e.g. an image job on a compute backend
+    without convolutions."""
+    from rlbench.config import RunConfig
+    from rlbench.errors import InvalidCombinationError
+    from rlbench.validate import validate
+
+    try:
+        validate(RunConfig(algo=job.algo, env=job.env, num_envs=job.num_envs, **components), registry)
+    except InvalidCombinationError as exc:
+        return str(exc)
+    except RlbenchError:
+        return ""
+    return ""
+
+
+def footprint_refusal(component: Any, samples: JobSamples) -> str:
+    """Why a replay memory cannot hold the job's buffer on this host ("" where it can): what it stores per
+    transition (each field as given; a memory that stores frames once keeps one frame per step of a
+    stream, measured on the job's own transitions), times buffer_size, against the host's memory. A
+    memory that stores an Atari transition whole keeps 56 KB of it: a million need 53 GiB. Measured
+    anyway, it would be built at that capacity (an OpenCL device buffer of that size) or filled for
+    the profile alone past what it can hold; on disk (memmap) a buffer past the host's memory pages
+    every sample in from the disk, which a profile of 20,000 transitions in the page cache cannot time."""
+    from rlbench.fingerprint import core_fingerprint
+
+    frames = samples.frames if component.capabilities.frames else 0
+    per_transition = samples.row_bytes
+    if frames:
+        from rlbench.kit.frames import pack
+
+        observations = samples.transitions["obs"]
+        distinct, _, _ = pack(observations, samples.transitions["next_obs"], frames)
+        per_transition += distinct[:1].nbytes * len(distinct) / len(observations) - 2 * observations[:1].nbytes
+    needed = per_transition * samples.hp.buffer_size
+    memory = core_fingerprint().get("memory_bytes")
+    if not memory or needed <= memory:
+        return ""
+    how = "its frames once" if frames else "each transition whole"
+    return (f"stores {how} ({per_transition:,.0f} B a transition here): the job's buffer of "
+            f"{samples.hp.buffer_size:,} transitions would take {needed / 2**30:,.1f} GiB, more than this host's "
+            f"{memory / 2**30:,.1f} GiB of memory; " + ("a memory that stores frames once holds it, or "
+                                                       if not frames and samples.frames else "")
+            + "a smaller --hp buffer_size fits")
 
 
 def _measured_or_why(component: Any, measure: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -587,6 +705,17 @@ def learner_parameters(learner: Any) -> int:
 
 
 def _measure_compute(component: Any, samples: JobSamples) -> dict[str, Any]:
+    """A compute backend's micro figures, numpy's BLAS and the OpenMP runtimes on one thread as in a
+    role's process (rlbench.runtime.launchers.local: its CPUs, one): the cpu backend's CNN engine runs
+    its convolutions as BLAS matmuls, which on two threads of a busy two-core host read 30-100 ms a
+    forward instead of 0.8 (a thread waits for its peer to get a core)."""
+    import threadpoolctl
+
+    with threadpoolctl.threadpool_limits(limits=1):
+        return _compute_figures(component, samples)
+
+
+def _compute_figures(component: Any, samples: JobSamples) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -631,8 +760,10 @@ def _measure_compute(component: Any, samples: JobSamples) -> dict[str, Any]:
 def _measure_memory(component: Any, samples: JobSamples, chunk: int) -> dict[str, Any]:
     import numpy as np
 
+    from rlbench.runtime.transitions import make_memory
+
     hp = samples.hp
-    memory = component.create(capacity=hp.buffer_size, alpha=hp.per_alpha, seed=0)
+    memory = make_memory(component, samples.spec, capacity=hp.buffer_size, alpha=hp.per_alpha, seed=0, options={})
     fill = min(hp.buffer_size, FILL_ITEMS)
     block = samples.rows(min(fill, 4096))
     while len(memory) < fill:
@@ -649,7 +780,10 @@ def _measure_memory(component: Any, samples: JobSamples, chunk: int) -> dict[str
             memory.update_priorities(indices, priorities)
         memory.sample(hp.batch_size, 0.4)
 
-    figures: dict[str, Any] = {"prioritized": prioritized}
+    # what the node sends per batch drawn from it: an image's stacks as it stores them (frames once or whole)
+    stores_frames = samples.frames if component.capabilities.frames else 0
+    figures: dict[str, Any] = {"prioritized": prioritized, "stores_frames": bool(stores_frames),
+                               "batch_bytes": batch_bytes(samples.batch, stores_frames)}
     _timed_into(figures, "add_step_us", lambda: memory.add(one_step))
     _timed_into(figures, "add_insert_us", lambda: memory.add(insert))
     _timed_into(figures, "sample_us", lambda: memory.sample(hp.batch_size, 0.4))
@@ -732,7 +866,9 @@ def _measure_one_transport(name: str, sizes: tuple[int, ...], inputs: dict[str, 
     return result
 
 
-ALLREDUCE_ROUNDS = 200  # all-reduces timed per measurement
+ALLREDUCE_ROUNDS = 200  # all-reduces timed per measurement, at most: they stop after ALLREDUCE_SECONDS
+ALLREDUCE_SECONDS = 3.0  # (and ALLREDUCE_MIN_ROUNDS): a Nature CNN's 6.7 MB among 4 processes on two cores
+ALLREDUCE_MIN_ROUNDS = 20  # takes tens of ms a round, an MLP's ~1-8 ms
 
 
 def measure_allreduce(parameters: int, world: int = 2, *, time_limit: float = 30.0) -> dict[str, Any]:
@@ -815,10 +951,15 @@ def _allreduce_timings(rank: int, world: int, port: int, parameters: int, rounds
         agreement = torch.ones(3, dtype=torch.float64)
         clock = time.perf_counter_ns
         timings: dict[str, list[int]] = {"allreduce": [], "agreement": []}
+        deadline = clock() + int(ALLREDUCE_SECONDS * 1e9)
         for round_ in range(rounds + 5):
+            # rank 0 says in the agreement when time is up, so every rank stops after the same round
+            agreement[0] = 1.0 if rank == 0 and clock() > deadline and round_ >= ALLREDUCE_MIN_ROUNDS + 5 else 0.0
             started = clock()
             dist.all_reduce(agreement)
             middle = clock()
+            if agreement[0] > 0:
+                break
             dist.all_reduce(gradient)
             gradient.div_(world)
             if round_ >= 5:  # the first rounds set up the connections
@@ -888,6 +1029,8 @@ def _isolated_entry(function: Callable[..., Any], args: tuple[Any, ...], results
 
 
 BUSY_LEARNER_S = 0.001  # the work between a learner's requests when its round trip is timed as in a run
+NODE_FIGURE_S = 0.4  # a replay-node figure is timed over 60 messages, or as many as this takes (10 at least)
+NODE_MIN_ROUNDS = 10
 POLL_WINDOW_S = 0.2  # how long the node's polling (and a waiting client's) is measured
 
 
@@ -912,6 +1055,7 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
 
     from rlbench.kit.access import replay_node
     from rlbench.metrics import Histogram
+    from rlbench.runtime.distributed.roles import PUSH_CREDIT
 
     chunk = len(inputs.insert["obs"])
     priorities = np.random.default_rng(0).exponential(1.0, inputs.batch_size) + 1e-3
@@ -919,18 +1063,23 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
                                "transport": transport, "placement": placement}
     clock = time.perf_counter_ns
 
-    def timed(call: Callable[[], Any], n: int = rounds) -> float:
-        times = []
-        for _ in range(n):
+    def timed(call: Callable[[], Any], n: int = rounds, at_least: int = NODE_MIN_ROUNDS,
+              before: Callable[[], Any] = lambda: None) -> float:
+        """The median of `n` calls, or of those made in NODE_FIGURE_S (`at_least` of them): an image job's
+        messages take milliseconds each (a 6.7 MB PARAMS over udp 50 ms), a vector job's microseconds."""
+        times: list[int] = []
+        deadline = clock() + int(NODE_FIGURE_S * 1e9)
+        while len(times) < n and (len(times) < at_least or clock() < deadline):
+            before()
             started = clock()
             call()
             times.append(clock() - started)
         return statistics.median(times) / 1e3
 
     with replay_node(transport, placement=placement, replay="prioritized", capacity=inputs.capacity,
-                     batch_size=inputs.batch_size) as node:
-        fill = max(2 * inputs.batch_size, 2048)
-        figures["insert_rtt_us"] = timed(lambda: node.actor.add(inputs.insert), max(rounds, -(-fill // chunk)))
+                     batch_size=inputs.batch_size, frames=inputs.frames) as node:
+        fill = -(-max(2 * inputs.batch_size, 2048) // chunk)  # INSERTs before the memory serves batches
+        figures["insert_rtt_us"] = timed(lambda: node.actor.add(inputs.insert), max(rounds, fill), fill)
         versions = iter(range(1, 1 << 30))
         figures["publish_send_us"] = timed(lambda: node.learner.publish_params(inputs.weights, next(versions)))
         figures["fetch_rtt_us"] = timed(lambda: node.actor.fetch_params(-1))
@@ -938,13 +1087,9 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
         if placement == "server":
             figures["sample_rtt_us"] = timed(lambda: node.learner.sample(inputs.batch_size, 0.4))
 
-            busy = []
-            for _ in range(rounds // 2):  # as a learner asks: after an update's worth of work, the node idle meanwhile
-                _work_for(BUSY_LEARNER_S)
-                started = clock()
-                node.learner.sample(inputs.batch_size, 0.4)
-                busy.append(clock() - started)
-            figures["sample_rtt_busy_us"] = statistics.median(busy) / 1e3
+            # as a learner asks: after an update's worth of work, the node idle meanwhile
+            figures["sample_rtt_busy_us"] = timed(lambda: node.learner.sample(inputs.batch_size, 0.4), rounds // 2,
+                                                  before=lambda: _work_for(BUSY_LEARNER_S))
             indices = np.array(node.learner.sample(inputs.batch_size, 0.4).indices)  # a copy: the view is reused
             figures["priorities_send_us"] = timed(lambda: node.learner.update_priorities(
                 indices, priorities, learner_updates=next(updates)))
@@ -958,10 +1103,16 @@ def measure_replay_node(inputs: NodeInputs, transport: str, placement: str, *, r
                 node.learner.wait_pushed(30.0)
 
             figures["push_round_us"] = timed(round_trip)
-            node.learner.update_priorities(indices, priorities, learner_updates=next(updates), credit=rounds,
-                                           beta=0.4)
-            time.sleep(0.05)  # the node pushes them all; each is then waiting when asked for
-            figures["push_ready_us"] = timed(lambda: node.learner.wait_pushed(30.0))
+            ready = []
+            deadline = time.perf_counter() + NODE_FIGURE_S
+            while len(ready) < rounds and (len(ready) < NODE_MIN_ROUNDS or time.perf_counter() < deadline):
+                # no more ahead than a run's node pushes: an image job's batches (1.1 MB each for Atari) past
+                # the transport's queue for a peer that has not read drop the peer
+                node.learner.update_priorities(indices, priorities, learner_updates=next(updates), credit=PUSH_CREDIT,
+                                               beta=0.4)
+                time.sleep(0.02)  # the node pushes them; each is then waiting when asked for
+                ready += [timed(lambda: node.learner.wait_pushed(30.0), 1, 1) for _ in range(PUSH_CREDIT)]
+            figures["push_ready_us"] = statistics.median(ready)
             figures["priorities_send_us"] = timed(lambda: node.learner.update_priorities(
                 indices, priorities, learner_updates=next(updates)))
         # what polling costs the node in a run's rhythm: a client asks after each millisecond of work, as
@@ -1011,8 +1162,9 @@ class Calibration:
 def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str, Any], registry: Any, *,
                          calibrate: tuple[str, ...], cores: int) -> list[Calibration]:
     """The calibration runs of a replay-loop job, each for a term of the model (rlbench.plan.model):
-    - `local` (one update per env step: learner-heavy) and `local/actor-heavy` (one update per many
-      env steps): two equations for the local loop's in-situ cost per env step and per update;
+    - `local` (learner-heavy: one update per env step, or per `calibration_train_every`) and
+      `local/actor-heavy` (one update per many env steps): two equations for the local loop's
+      in-situ cost per env step and per update;
     - `T/server`, `T/in-network` for each transport T of `calibrate` that was measured usable:
       learner-bound, one actor; the learner's period, the split of it, each role's CPU;
     - `T/server/NAME` (the first of them) for each other compute backend: what its threads or device
@@ -1033,63 +1185,86 @@ def calibration_settings(job: Job, figures: dict[str, Any], transports: dict[str
       lock-step costs each its own: two learners over tcp or uds paid 0.5-1.1 ms per update more
       than over shm (wait and all-reduce), where one learner over them paid 28-68 us more.
     The runs read only for their learner's split (`U/server/wait`, the data-parallel ones) have a
-    short steady window (SPLIT_STEADY_STEPS): the profile's two minutes hold them."""
-    cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
-    free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
-    update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
-        cpu["publish_us"] / figures["hyperparameters"]["publish_every"]
+    short steady window (SPLIT_STEADY_STEPS): the profile's two minutes hold them. The learner-bound
+    runs train every `calibration_train_every` env steps."""
+    free, update = _step_and_update_us(job, figures)
     heavy = max(8, math.ceil(update / (ACTOR_HEAVY_SHARE * free)))
-    runs = [Calibration("local", "local"), Calibration("local/actor-heavy", "local", train_every=heavy, free_phase=False)]
+    k = calibration_train_every(job, figures)
+    runs = [Calibration("local", "local", train_every=k),
+            Calibration("local/actor-heavy", "local", train_every=max(heavy, 2 * k), free_phase=False)]
     algorithm = registry.get("algorithm", job.algo)
     placements = [p for p in ("server", "in-network") if p in algorithm.capabilities.placements]
     nodes = figures.get("replay_node") or {}
     usable = [name for name in calibrate if transports.get(name, {}).get("available")]
     for name in usable:
-        runs += [Calibration(f"{name}/{placement}", placement, name) for placement in placements
+        runs += [Calibration(f"{name}/{placement}", placement, name, train_every=k) for placement in placements
                  if "failed" not in nodes.get(f"{name}/{placement}", {"failed": ""})]
     served = [name for name in usable if "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
     if served and "server" in placements:
-        runs += [Calibration(f"{served[0]}/server/{name}", "server", served[0], compute=name)
+        runs += [Calibration(f"{served[0]}/server/{name}", "server", served[0], compute=name, train_every=k)
                  for name, c in figures["compute"].items() if name != "cpu" and c.get("available")]
-        runs += [Calibration(f"{served[0]}/server/replay-{name}", "server", served[0], replay=name)
+        runs += [Calibration(f"{served[0]}/server/replay-{name}", "server", served[0], replay=name, train_every=k)
                  for name, m in figures["replay"].items() if m.get("available") and m.get("device") not in HOST_SIDE]
         others = [name for name, measured in transports.items() if name not in usable and measured.get("available")
                   and "failed" not in nodes.get(f"{name}/server", {"failed": ""})]
-        runs += [Calibration(f"{name}/server/wait", "server", name, free_phase=False, split_only=True)
+        runs += [Calibration(f"{name}/server/wait", "server", name, train_every=k, free_phase=False, split_only=True)
                  for name in others]
         runs.append(Calibration(f"{served[0]}/server/saturated-{max(2, cores)}", "server", served[0],
                                 actors=max(2, cores), train_every=heavy, free_phase=False))
         parallel = "data-parallel" in {c.name for c in registry.components("policy")}
         if parallel and 2 in learner_counts(figures["hyperparameters"]["batch_size"]):
-            runs += [Calibration(f"{name}/server/data-parallel-2", "server", name, learners=2, free_phase=False,
-                                 split_only=True) for name in [*served, *others]]
+            runs += [Calibration(f"{name}/server/data-parallel-2", "server", name, train_every=k, learners=2,
+                                 free_phase=False, split_only=True) for name in [*served, *others]]
     return runs
+
+
+def _step_and_update_us(job: Job, figures: dict[str, Any]) -> tuple[float, float]:
+    """(an actor's step, a learner's update) with the calibrated components, from the micro figures."""
+    cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
+    free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
+    update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
+        cpu["publish_us"] / figures["hyperparameters"]["publish_every"]
+    return free, update
+
+
+def calibration_train_every(job: Job, figures: dict[str, Any]) -> int:
+    """Env steps per update of the learner-bound calibration runs: 1 (as many updates as the learner
+    can make), or up to the job's own train_every while its updates still take LEARNER_BOUND times an
+    actor's steps: an Atari job's 40 ms CNN update at one per env step would run at 25 env steps/s,
+    and its calibration runs at ~100 (its lives end every ~30 steps: a window needs hundreds)."""
+    free, update = _step_and_update_us(job, figures)
+    return max(1, min(figures["hyperparameters"]["train_every"], int(update / (LEARNER_BOUND * free))))
 
 
 def _calibration_budget(job: Job, figures: dict[str, Any], setting: Calibration,
                         cores: int) -> tuple[int, int, float]:
-    """(learning_starts, steps, insert lead) of a calibration run: a warm-up long enough to time the
-    actor alone (CALIBRATION_FREE_S) where the setting needs it, then the rate limiter's slack, then a
-    steady window of about CALIBRATION_STEADY_S at the rate the micro figures suggest."""
-    from rlbench.plan.model import Schedule, limiter_lead
+    """(learning_starts, steps, slack) of a calibration run: a warm-up long enough to time the actor
+    alone (CALIBRATION_FREE_S) where the setting needs it, then the actors' slack (model.slack_steps), then a
+    steady window of about CALIBRATION_STEADY_S at the rate the micro figures suggest. The floors in
+    env steps (CALIBRATION_WARM_UP_STEPS, CALIBRATION_STEADY_STEPS: enough CartPole episodes end in
+    them) give way to their caps in seconds for a job far slower per step (an image job's CNN update):
+    the job's own learning_starts is never waited for (an Atari preset's 80,000)."""
+    from rlbench.plan.model import Schedule, slack_steps
 
     hp = figures["hyperparameters"]
-    cpu, memory = figures["compute"]["cpu"], figures["replay"]["prioritized"]
-    free = (cpu["inference_us"] + figures["env_step_us"] + memory["add_step_us"]) / job.num_envs + 10.0
-    update = cpu["learner_update_us"] + memory["sample_us"] + memory["update_us"] + \
-        cpu["publish_us"] / hp["publish_every"]
+    free, update = _step_and_update_us(job, figures)
     cap = max(hp["batch_size"], min(hp["buffer_size"], 60_000))
-    learning_starts = int(min(cap, max(2_000, CALIBRATION_FREE_S / (free * 1e-6)))) if setting.free_phase \
-        else max(hp["batch_size"], 2_000)
+    # enough episodes end in a window to time it (the job's actor's episodes: an Atari life lasts ~30 steps)
+    episodes = CALIBRATION_EPISODES * (figures.get("episode_steps") or 0)
+    warm_up = max(hp["batch_size"], min(CALIBRATION_WARM_UP_STEPS, max(CALIBRATION_WARM_UP_MAX_S / (free * 1e-6),
+                                                                       episodes / (0.95 - 0.25))))
+    learning_starts = int(min(cap, max(warm_up, CALIBRATION_FREE_S / (free * 1e-6)))) if setting.free_phase \
+        else int(warm_up)
     per_step = update / setting.train_every + (free if setting.placement == "local" else 0.0)
     if setting.placement != "local":  # the actors' supply, or the cores they share with the learner
         per_step = max(per_step, free / setting.actors, (free + update / setting.train_every) / cores)
-    steady = int(min(200_000, max(CALIBRATION_STEADY_STEPS, CALIBRATION_STEADY_S / (per_step * 1e-6))))
+    at_least = min(CALIBRATION_STEADY_STEPS, max(CALIBRATION_STEADY_MAX_S / (per_step * 1e-6), episodes))
+    steady = int(min(200_000, max(at_least, CALIBRATION_STEADY_S / (per_step * 1e-6))))
     if setting.split_only:  # the data-parallel ones too: their micro-figure rate is far off lock-step on shared cores
-        steady = SPLIT_STEADY_STEPS
+        steady = int(min(SPLIT_STEADY_STEPS, max(at_least, CALIBRATION_STEADY_S / (per_step * 1e-6))))
     schedule = Schedule(batch_size=hp["batch_size"], train_every=setting.train_every,
                         publish_every=hp["publish_every"], learning_starts=learning_starts)
-    lead = 0.0 if setting.placement == "local" else limiter_lead(schedule, setting.actors)
+    lead = 0.0 if setting.placement == "local" else slack_steps(schedule, setting.actors)
     steps = int(learning_starts + lead + steady / (1 - measure.SETTLE))
     return learning_starts, steps, lead
 
