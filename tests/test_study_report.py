@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 import json
 import re
 import struct
@@ -75,7 +76,7 @@ def fabricate(template: dict, folder, env: str, replay: str, seed: int, *, name:
     data["machine_state"] = dict(data.get("machine_state") or {}, contended=contended,
                                  warning="measured on a contended machine: other processes used 1.20 core(s) meanwhile"
                                  if contended else "")
-    cell = f"env-{env}_replay-{replay}_seed-{seed}"
+    cell = f"env-{env}_replay-{replay}_seed-{seed}".replace("/", "-")
     data["study"] = {"name": name, "cell": cell, "combination": {"env": env, "replay": replay}, "seed": seed,
                      "axes": ["env", "replay"], "target_return": TARGETS, "target_window": 5,
                      "reference_scores": {}, "requested": {}, "concurrent_cells": 1}
@@ -197,6 +198,32 @@ def test_study_file_scores_override_the_shipped_ones(template, tmp_path):
     (study,) = group(load_inputs([str(folder)]))
     run = study.runs()[0]
     assert normalised_score(run, study) == pytest.approx((run.data["evaluation"]["mean_return"] - 20.0) / 480.0)
+
+
+def test_an_atari_study_is_human_normalised_by_the_shipped_scores(template, envs_study, tmp_path):
+    """Agarwal et al.'s Atari aggregates: 0 is random's score, 1 human's, and the report says so; a study
+    whose scores are not the published ones for every game (or not Atari) says "normalised" and "reference"."""
+    from rlbench.report.collect import group, load_inputs
+    from rlbench.report.html import aggregate_section
+    from rlbench.report.measures import measures, normalisation, normalised_score
+
+    games = ("ALE/Pong-v5", "ALE/Breakout-v5")
+    for name, override in (("atari", {}), ("atari-own-scores", {"ALE/Pong-v5": {"random": -21.0, "reference": 21.0}})):
+        for seed, env, replay in itertools.product(range(2), games, REPLAYS):
+            data = fabricate(template, tmp_path / name, env, replay, seed, name=name)
+            data["study"]["reference_scores"] = override
+            (tmp_path / name / "runs" / f"{data['study']['cell']}.json").write_text(json.dumps(data))
+    (atari,) = group(load_inputs([str(tmp_path / "atari")]))
+    assert normalisation(atari) == ("human-normalised", "human")
+    pong = next(run for run in atari.runs() if run.env == "ALE/Pong-v5")
+    assert normalised_score(pong, atari) == pytest.approx((pong.data["evaluation"]["mean_return"] + 20.7) / 35.3)
+    assert "human-normalised final score" in [m.label for m in measures(atari)]
+    section = aggregate_section(atari, {})
+    assert "Human-normalised final greedy score (score − random) / (human − random)" in section
+    assert "Badia et al. 2020" in section and "P(row beats column) over environments: human-normalised" in section
+    (own,) = group(load_inputs([str(tmp_path / "atari-own-scores")]))
+    (classic,) = group(load_inputs([str(envs_study)]))
+    assert normalisation(own) == normalisation(classic) == ("normalised", "reference")
 
 
 def test_compare_within_a_study_refuses_what_it_cannot_select(envs_study):

@@ -8,12 +8,16 @@ steady rates: rlbench's from its first env step to its last (`throughput.steady_
 the CleanRL-style loop's from after its networks are built (CleanRL's own `start_time`) to its last
 step; each side's start-up before that is printed apart.
 
-One table of comparisons, chosen by algorithm and `--env`: DQN on CartPole-v1 (CleanRL's dqn.py) and
-on ALE/Breakout-v5 (dqn_atari.py: Atari frames, the Nature CNN, SB3's frame-sharing buffer); DDPG on
-Pendulum-v1 and HalfCheetah-v5 (ddpg_continuous_action.py). MinAtar has no comparison: CleanRL has no
-MinAtar script, so its settings would be this module's invention rather than a reference's; MinAtar's
-reference is its authors' examples/dqn.py (github.com/kenjyoung/MinAtar, read at 3f078e5: centered
-RMSprop, Huber loss, an update every step, a list of transitions as its memory), a different loop.
+One table of comparisons, chosen by algorithm and `--env`: DQN on CartPole-v1 (CleanRL's dqn.py), on
+ALE/Breakout-v5 (dqn_atari.py: Atari frames, the Nature CNN, SB3's frame-sharing buffer) and on
+MinAtar/Breakout-v1 (CleanRL has no MinAtar script: a loop in CleanRL's style with the settings of
+MinAtar's own examples/dqn.py, rlbench.bench.cleanrl_dqn_minatar); DDPG on Pendulum-v1 and
+HalfCheetah-v5 (ddpg_continuous_action.py).
+
+`--study DIR` also writes every run of both sides as an rlbench result under DIR (rlbench's as its
+runner writes it; the peer's in the same schema, its learning curve and evaluation where a result keeps
+them), one study whose axis is `harness`, so that `rlbench report DIR` puts the two sides' returns,
+intervals and learning curves side by side. Several `bench` processes (seeds) may write into one folder.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from __future__ import annotations
 import importlib
 import json
 import statistics
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -36,8 +42,8 @@ CLEANRL_DDPG_LEARNING_STARTS = 25_000  # ddpg_continuous_action.py's (CleanRLDDP
 class Comparison:
     algo: str
     env: str  # rlbench's environment id
-    cleanrl_file: str  # where CleanRL's settings come from
-    departures: str  # settings that differ from CleanRL's defaults, and why
+    settings_from: str  # where the peer's settings come from (see cleanrl_settings)
+    departures: str  # settings that differ from the reference's defaults, and why
     rlbench_hyperparameters: Callable[[int], dict[str, Any]]  # total steps -> DQNConfig/DDPGConfig overrides
     cleanrl_run: Callable[[int, int], dict]  # (total steps, seed) -> rlbench.bench.cleanrl_dqn.loop_result
     default_steps: int
@@ -46,6 +52,10 @@ class Comparison:
     # training returns are what its environment's EnvSpec.returns says, its evaluation greedy on raw rewards
     cleanrl_returns: tuple[str, str] = ("raw", "greedy")
     cleanrl_imports: tuple[str, ...] = ()  # modules the CleanRL-style loop imports, imported before either side
+
+
+def cleanrl_settings(file: str) -> str:
+    return f"CleanRL {file}'s Args defaults (github.com/vwxyzjn/cleanrl, read at fe8d8a0)"
 
 
 def dqn_hyperparameters(steps: int) -> dict[str, Any]:
@@ -107,6 +117,25 @@ def ddpg_mujoco_hyperparameters(steps: int) -> dict[str, Any]:
     return {**ddpg_hyperparameters(steps), "learning_starts": ddpg_mujoco_args(steps).learning_starts}
 
 
+def dqn_minatar_args(steps: int, seed: int = 1):
+    """MinAtar examples/dqn.py's settings (Adam, see rlbench.bench.cleanrl_dqn_minatar) for a run of `steps`."""
+    from rlbench.bench.cleanrl_dqn_minatar import CleanRLDQNMinAtarArgs
+
+    return CleanRLDQNMinAtarArgs(total_timesteps=steps, seed=seed)
+
+
+def dqn_minatar_hyperparameters(steps: int) -> dict[str, Any]:
+    """dqn_minatar_args in rlbench's DQNConfig terms, which are rlbench's "minatar" preset (one update per
+    step, so the target period in updates is MinAtar's). Epsilon falls linearly from step 0 to where
+    MinAtar's ends (1 -> 0.1 by step 105,000), where MinAtar's stays 1 for its first 5,000 frames."""
+    args = dqn_minatar_args(steps)
+    return {"buffer_size": args.buffer_size, "batch_size": args.batch_size, "train_every": args.train_frequency,
+            "target_update_every": args.target_network_frequency, "tau": 1.0, "learning_rate": args.learning_rate,
+            "learning_starts": args.learning_starts, "gamma": args.gamma, "loss": "huber", "max_grad_norm": 0.0,
+            "double_dqn": False, "epsilon_start": args.start_e, "epsilon_end": args.end_e,
+            "exploration_steps": args.learning_starts + args.exploration_frames, "publish_every": 1}
+
+
 def _cleanrl_dqn(steps: int, seed: int) -> dict:
     from rlbench.bench.cleanrl_dqn import CleanRLDQNArgs, run
 
@@ -125,16 +154,23 @@ def _cleanrl_dqn_atari(steps: int, seed: int) -> dict:
     return run(dqn_atari_args(steps, seed), EVAL_EPISODES)
 
 
+def _cleanrl_dqn_minatar(steps: int, seed: int) -> dict:
+    from rlbench.bench.cleanrl_dqn_minatar import run
+
+    return run(dqn_minatar_args(steps, seed), EVAL_EPISODES)
+
+
 def _cleanrl_ddpg_mujoco(steps: int, seed: int) -> dict:
     from rlbench.bench.cleanrl_ddpg import run
 
     return run(ddpg_mujoco_args(steps, seed), EVAL_EPISODES)
 
 
-DQN = Comparison("dqn", "CartPole-v1", "cleanrl/dqn.py", "none (CleanRL's defaults; total steps from --steps)",
+DQN = Comparison("dqn", "CartPole-v1", cleanrl_settings("cleanrl/dqn.py"),
+                 "none (CleanRL's defaults; total steps from --steps)",
                  dqn_hyperparameters, _cleanrl_dqn, 30_000, "CleanRL starts learning at 10,000")
 DQN_ATARI = Comparison(
-    "dqn", "ALE/Breakout-v5", "cleanrl/dqn_atari.py",
+    "dqn", "ALE/Breakout-v5", cleanrl_settings("cleanrl/dqn_atari.py"),
     "learning from min(80,000, steps/10) and a memory of min(1,000,000, steps) transitions, so a short run "
     "mostly learns (see short_budget_start); CleanRL's BreakoutNoFrameskip-v4 on its side, ALE/Breakout-v5 as "
     "rlbench makes it on rlbench's", dqn_atari_hyperparameters, _cleanrl_dqn_atari, 10_000,
@@ -142,16 +178,26 @@ DQN_ATARI = Comparison(
     ("the raw score of whole games (RecordEpisodeStatistics beneath EpisodicLifeEnv and ClipRewardEnv)",
      "CleanRL's dqn_eval: training wrappers, epsilon 0.01, raw score of whole games"),
     ("ale_py", "stable_baselines3.common.atari_wrappers", "stable_baselines3.common.buffers"))
-DDPG = Comparison("ddpg", "Pendulum-v1", "cleanrl/ddpg_continuous_action.py",
+DDPG = Comparison("ddpg", "Pendulum-v1", cleanrl_settings("cleanrl/ddpg_continuous_action.py"),
                   "Pendulum-v1 (CleanRL: Hopper-v4) and learning from step 1,000 (CleanRL: 25,000), as issue #16 "
                   "sets the comparison", ddpg_hyperparameters, _cleanrl_ddpg, 6_000,
                   "learning starts at 1,000")
 DDPG_MUJOCO = Comparison(
-    "ddpg", "HalfCheetah-v5", "cleanrl/ddpg_continuous_action.py",
+    "ddpg", "HalfCheetah-v5", cleanrl_settings("cleanrl/ddpg_continuous_action.py"),
     "HalfCheetah-v5 (CleanRL: Hopper-v4) and learning from min(25,000, steps/10), so a short run mostly learns "
     "(see short_budget_start)", ddpg_mujoco_hyperparameters, _cleanrl_ddpg_mujoco, 10_000,
     "learning from the first tenth; CleanRL: 25,000")
-COMPARISONS = (DQN, DQN_ATARI, DDPG, DDPG_MUJOCO)
+DQN_MINATAR = Comparison(
+    "dqn", "MinAtar/Breakout-v1",
+    "MinAtar examples/dqn.py's settings (github.com/kenjyoung/MinAtar, read at 3f078e5) in a CleanRL-style loop "
+    "(CleanRL has no MinAtar script)",
+    "Adam at MinAtar's 2.5e-4 on both sides (MinAtar: centered RMSProp), as rlbench's minatar preset steps it; "
+    "MinAtar's own gymnasium env on the peer's side, rlbench's MinAtar env (the same game, channels first) on "
+    "rlbench's; rlbench's epsilon falls from step 0 to MinAtar's 0.1 at step 105,000, MinAtar's from step 5,000",
+    dqn_minatar_hyperparameters, _cleanrl_dqn_minatar, 20_000, "learning from 5,000, as MinAtar",
+    cleanrl_imports=("minatar.gym",))
+COMPARISONS = (DQN, DQN_ATARI, DQN_MINATAR, DDPG, DDPG_MUJOCO)
+HARNESS = {"rlbench": "rlbench", "cleanrl": "cleanrl-style"}  # each side's value of a --study's one axis
 
 
 def comparison_for(algo: str, env: str) -> Comparison:
@@ -169,8 +215,8 @@ def comparison_for(algo: str, env: str) -> Comparison:
                        f"{', '.join(envs)}")
 
 
-def run_rlbench(comparison: Comparison, steps: int, seed: int) -> dict[str, Any]:
-    """One run through rlbench.run; the same fields as the CleanRL-style loop reports."""
+def run_rlbench(comparison: Comparison, steps: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run through rlbench.run: the same fields as the CleanRL-style loop reports, and the result."""
     from rlbench.config import RunConfig
     from rlbench.runner import run, stop_series_if_signalled
 
@@ -179,13 +225,13 @@ def run_rlbench(comparison: Comparison, steps: int, seed: int) -> dict[str, Any]
                        hyperparameters=comparison.rlbench_hyperparameters(steps))
     result = stop_series_if_signalled(run(config))
     split = result["loop"]["time_split"]["local"]
-    return {"env_steps": result["throughput"]["env_steps"],
+    return result, {"env_steps": result["throughput"]["env_steps"],
             "env_steps_per_s": result["throughput"]["steady_env_steps_per_s"],
             "bookkeeping_s": split["bookkeeping"], "bookkeeping_share": split["bookkeeping_share"],
             "time_split_s": {part: split[part] for part in TIME_SPLIT},
             "whole_run_env_steps_per_s": result["throughput"]["env_steps_per_s"],
             "startup_s": result["timing"]["startup_s"],
-            "episode_returns": [point["return"] for point in result["learning_curve"]],
+            "learning_curve": result["learning_curve"],
             "evaluation": result["evaluation"], "hyperparameters": result["hyperparameters"],
             "latency_us": {name: {key: summary[key] for key in ("count", "mean", "p50")}
                            for name, summary in result["latency"].items()}}
@@ -207,11 +253,45 @@ def _rlbench_returns(env_id: str) -> tuple[str, str]:
     return training, evaluation
 
 
-def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict[str, Any]:
+def study_block(study: Path, side: str, seed: int, steps: int) -> dict[str, Any]:
+    """The "study" block of a run written under --study (the fields rlbench sweep writes)."""
+    combination = {"harness": HARNESS[side]}
+    return {"name": study.name, "cell": f"harness-{HARNESS[side]}_seed-{seed}", "combination": combination,
+            "seed": seed, "axes": ["harness"], "target_return": None, "target_window": LAST_EPISODES,
+            "reference_scores": {}, "requested": {"steps": steps, **combination}, "concurrent_cells": 1}
+
+
+def peer_result(comparison: Comparison, steps: int, seed: int, run: dict[str, Any], started_unix: float,
+                machine_state: dict[str, Any], training_returns: str) -> dict[str, Any]:
+    """A CleanRL-style loop's run as an rlbench result (schema rlbench.result/1), so that a report reads it
+    beside rlbench's: what it measured (rates, the learning curve, the evaluation, the machine's state);
+    what only rlbench's runner measures (latencies, accounting, energy) left empty."""
+    from rlbench.fingerprint import machine_fingerprint
+    from rlbench.results import SCHEMA
+
+    wall = run["startup_s"] + run["wall_s"]
+    return {"schema": SCHEMA, "status": "complete", "notes": [f"peer: {comparison.settings_from}; departures: "
+                                                              f"{comparison.departures}"],
+            "config": {"algo": comparison.algo, "env": comparison.env, "seed": seed, "steps": steps,
+                       "replay": None, "compute": "cpu", "placement": "local", "harness": HARNESS["cleanrl"]},
+            "hyperparameters": run["settings"], "fingerprint": machine_fingerprint(),
+            "timing": {"started_unix": started_unix, "wall_s": wall, "cpu_s": machine_state["own_cpu_s"],
+                       "startup_s": run["startup_s"]},
+            "throughput": {"env_steps": run["env_steps"], "env_steps_per_s": run["env_steps"] / wall,
+                           "steady_env_steps_per_s": run["env_steps_per_s"]},
+            "machine_state": machine_state, "latency": {}, "learning_curve": run["learning_curve"],
+            "evaluation": run["evaluation"],
+            "returns": {"learning_curve": training_returns, "evaluation": comparison.cleanrl_returns[1]},
+            "energy": {}, "accounting": {}}
+
+
+def compare(comparison: Comparison, steps: int, repeats: int, seed: int, study: str | None = None) -> dict[str, Any]:
     """`repeats` pairs of runs, one of each side back to back; the medians of each side's steady rate
-    and the ratio within each pair (which slow drift in the machine's load affects least)."""
+    and the ratio within each pair (which slow drift in the machine's load affects least). With `study`,
+    each run is also written as a result under `study`/runs (see the module's docstring)."""
     from rlbench.kit.bench import pin_one_thread
     from rlbench.machine_state import watch
+    from rlbench.results import write
 
     threads = pin_one_thread()
     import torch
@@ -225,9 +305,28 @@ def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict
         importlib.import_module(module)
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
+    folder = Path(study) if study else None
+
+    def cleanrl_side(i: int) -> dict[str, Any]:
+        started = time.time()
+        with watch(busy_processes=1) as run_state:
+            run = comparison.cleanrl_run(steps, seed + i)
+        if folder:
+            result = peer_result(comparison, steps, seed + i, run, started, run_state.report(),
+                                 comparison.cleanrl_returns[0])
+            result["study"] = study_block(folder, "cleanrl", seed + i, steps)
+            write(result, str(folder / "runs" / f"{result['study']['cell']}.json"))
+        return run
+
+    def rlbench_side(i: int) -> dict[str, Any]:
+        result, run = run_rlbench(comparison, steps, seed + i)
+        if folder:
+            result["study"] = study_block(folder, "rlbench", seed + i, steps)
+            write(result, str(folder / "runs" / f"{result['study']['cell']}.json"))
+        return run
+
     runs: dict[str, list[dict]] = {"cleanrl": [], "rlbench": []}
-    sides = {"cleanrl": lambda i: comparison.cleanrl_run(steps, seed + i),
-             "rlbench": lambda i: run_rlbench(comparison, steps, seed + i)}
+    sides = {"cleanrl": cleanrl_side, "rlbench": rlbench_side}
     with watch(busy_processes=1) as state:
         for i in range(repeats):  # pairs, in alternating order: drift in load and order effects hit both alike
             for side in (("cleanrl", "rlbench") if i % 2 == 0 else ("rlbench", "cleanrl")):
@@ -236,7 +335,7 @@ def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict
     paired = [ours["env_steps_per_s"] / theirs["env_steps_per_s"] for ours, theirs in zip(runs["rlbench"], runs["cleanrl"])]
     for side_runs in runs.values():
         for r in side_runs:  # the mean of the last episodes is reported; the full lists would drown the JSON
-            last = r.pop("episode_returns")[-LAST_EPISODES:]
+            last = [point["return"] for point in r.pop("learning_curve")[-LAST_EPISODES:]]
             r["last_episodes"] = len(last)
             r["last_episodes_mean_return"] = sum(last) / len(last) if last else None
     cleanrl_training, cleanrl_evaluation = comparison.cleanrl_returns
@@ -244,8 +343,7 @@ def compare(comparison: Comparison, steps: int, repeats: int, seed: int) -> dict
             "threads": threads,
             "returns": {"cleanrl": {"training": cleanrl_training, "evaluation": cleanrl_evaluation},
                         "rlbench": {"training": rlbench_returns[0], "evaluation": rlbench_returns[1]}},
-            "settings_from": f"CleanRL {comparison.cleanrl_file}'s Args defaults (github.com/vwxyzjn/cleanrl, read at fe8d8a0)",
-            "departures_from_cleanrl": comparison.departures,
+            "settings_from": comparison.settings_from, "departures": comparison.departures,
             "cleanrl_settings": runs["cleanrl"][0]["settings"],
             "rlbench_hyperparameters": comparison.rlbench_hyperparameters(steps),
             "steady_env_steps_per_s": medians, "ratio_rlbench_to_cleanrl": medians["rlbench"] / medians["cleanrl"],
@@ -260,7 +358,7 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [f"# {report['algo'].upper()} {report['env']}, {report['steps']:,} env steps per run, {report['repeats']} "
              f"alternating run(s) per side, threads {report['threads']}",
              f"# settings: {report['settings_from']}: {settings}",
-             f"# departures from CleanRL: {report['departures_from_cleanrl']}; rlbench runs the same settings "
+             f"# departures from the reference: {report['departures']}; rlbench runs the same settings "
              "(placement local, uniform replay, cpu compute)",
              "# steady env steps/s: rlbench from its first env step, the CleanRL-style loop from after building its "
              "networks (as CleanRL's clock); start-up apart: before that (environment, memory, networks; torch, "
@@ -301,8 +399,11 @@ def _command(algo: str) -> click.Command:
     steps_help = "env steps per run; by default " + "; ".join(f"{c.env}: {c.default_steps:,} ({c.steps_help})"
                                                                for c in comparisons)
 
-    @click.command(algo, help=f"{algo.upper()} with CleanRL's settings on {', '.join(c.env for c in comparisons)}: "
-                   "rlbench vs a CleanRL-style loop, steady env steps/s and returns, one thread.")
+    references = "CleanRL's" + ("; MinAtar's own on MinAtar" if any("MinAtar" in c.env for c in comparisons) else "")
+
+    @click.command(algo, help=f"{algo.upper()} on {', '.join(c.env for c in comparisons)} with the reference's "
+                   f"settings ({references}): rlbench vs a CleanRL-style loop, steady env steps/s and returns, one "
+                   "thread.")
     @click.option("--env", "env_id", default=comparisons[0].env, show_default=True,
                   help="the environment; one with a comparison: " + ", ".join(c.env for c in comparisons))
     @click.option("--steps", type=click.IntRange(min=1), help=steps_help)
@@ -310,9 +411,15 @@ def _command(algo: str) -> click.Command:
                   help="alternating runs of each; medians are compared")
     @click.option("--seed", default=1, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="print the measurements as JSON")
-    def command(env_id: str, steps: int | None, repeats: int, seed: int, as_json: bool) -> None:
+    @click.option("--study", metavar="DIR", help="also write every run of both sides as a result under DIR, one "
+                  "study whose axis is `harness`, for `rlbench report DIR`")
+    def command(env_id: str, steps: int | None, repeats: int, seed: int, as_json: bool, study: str | None) -> None:
         comparison = comparison_for(algo, env_id)
-        report = compare(comparison, steps or comparison.default_steps, repeats, seed)
+        if study:
+            from rlbench.results import check_writable
+
+            check_writable(study)
+        report = compare(comparison, steps or comparison.default_steps, repeats, seed, study)
         click.echo(json.dumps(report, indent=2, default=str) if as_json else format_report(report))
 
     return command

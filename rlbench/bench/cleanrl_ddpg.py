@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlbench.bench.cleanrl_dqn import (SimpleReplayBuffer, evaluate_greedy, finished_returns, loop_result,
+from rlbench.bench.cleanrl_dqn import (SimpleReplayBuffer, evaluate_greedy, loop_result, record_finished,
                                        seeded_vector_env)
 
 
@@ -96,7 +96,7 @@ def run(args: CleanRLDDPGArgs, eval_episodes: int) -> dict:
                             envs.single_action_space.dtype)
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
-    episode_returns: list[float] = []
+    curve: list[dict[str, float]] = []
     start_time = time.perf_counter()
     obs, _ = envs.reset(seed=args.seed)
     for global_step in range(args.total_timesteps):
@@ -109,7 +109,7 @@ def run(args: CleanRLDDPGArgs, eval_episodes: int) -> dict:
                 actions = actions.cpu().numpy().clip(low, high)
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        episode_returns.extend(finished_returns(infos))
+        record_finished(curve, infos, global_step, start_time)
 
         real_next_obs = next_obs.copy()
         for idx, trunc in enumerate(truncations):
@@ -146,4 +146,4 @@ def run(args: CleanRLDDPGArgs, eval_episodes: int) -> dict:
     evaluation = None
     if eval_episodes:
         evaluation = evaluate_greedy(args.env_id, lambda o: actor(torch.Tensor(o)).numpy(), eval_episodes, args.seed)
-    return loop_result(args, start_time, entered, wall, episode_returns, evaluation)
+    return loop_result(args, start_time, entered, wall, curve, evaluation)

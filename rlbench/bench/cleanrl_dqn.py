@@ -131,13 +131,23 @@ def evaluate_greedy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episod
     return {"episodes": episodes, "mean_return": float(values.mean()), "std_return": float(values.std())}
 
 
-def loop_result(args: Any, built_t: float, entered_t: float, wall: float, episode_returns: list[float],
+def record_finished(curve: list[dict[str, float]], infos: dict, global_step: int, start_time: float) -> None:
+    """Add the episodes that ended in this vector step to `curve`, as points of rlbench's learning
+    curve: the env steps taken, the seconds since the loop's clock started, the return."""
+    returns = finished_returns(infos)
+    if returns:
+        seconds = round(time.perf_counter() - start_time, 4)
+        curve.extend({"step": global_step + 1, "time_s": seconds, "return": r} for r in returns)
+
+
+def loop_result(args: Any, built_t: float, entered_t: float, wall: float, curve: list[dict[str, float]],
                 evaluation: dict[str, float] | None) -> dict:
     """What a CleanRL-style loop reports: its steady rate (CleanRL's clock: after the networks are
-    built), start-up before that, and the returns seen in training and in greedy evaluation."""
+    built), start-up before that, and the returns seen in training (record_finished's curve) and in
+    greedy evaluation."""
     return {"settings": asdict(args), "env_steps": args.total_timesteps, "wall_s": wall,
             "startup_s": built_t - entered_t, "env_steps_per_s": args.total_timesteps / wall,
-            "episode_returns": episode_returns, "evaluation": evaluation}
+            "learning_curve": curve, "evaluation": evaluation}
 
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
@@ -173,7 +183,7 @@ def run(args: CleanRLDQNArgs, eval_episodes: int) -> dict:
     rb = SimpleReplayBuffer(args.buffer_size, envs.single_observation_space.shape,
                             envs.single_observation_space.dtype)
 
-    episode_returns: list[float] = []
+    curve: list[dict[str, float]] = []
     start_time = time.perf_counter()
     obs, _ = envs.reset(seed=args.seed)
     for global_step in range(args.total_timesteps):
@@ -186,7 +196,7 @@ def run(args: CleanRLDQNArgs, eval_episodes: int) -> dict:
             actions = torch.argmax(q_values, dim=1).cpu().numpy()
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        episode_returns.extend(finished_returns(infos))
+        record_finished(curve, infos, global_step, start_time)
 
         real_next_obs = next_obs.copy()
         for idx, ended in enumerate(np.logical_or(terminations, truncations)):
@@ -217,4 +227,4 @@ def run(args: CleanRLDQNArgs, eval_episodes: int) -> dict:
     if eval_episodes:
         evaluation = evaluate_greedy(args.env_id, lambda o: torch.argmax(q_network(torch.Tensor(o)), dim=1).numpy(),
                                      eval_episodes, args.seed)
-    return loop_result(args, start_time, entered, wall, episode_returns, evaluation)
+    return loop_result(args, start_time, entered, wall, curve, evaluation)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlbench.bench.cleanrl_dqn import evaluate_greedy, finished_returns, linear_schedule, loop_result
+from rlbench.bench.cleanrl_dqn import evaluate_greedy, linear_schedule, loop_result, record_finished
 
 
 @dataclass
@@ -116,7 +116,7 @@ def run(args: CleanRLDQNAtariArgs, eval_episodes: int) -> dict:
     rb = ReplayBuffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
                       optimize_memory_usage=True, handle_timeout_termination=False)
 
-    episode_returns: list[float] = []
+    curve: list[dict[str, float]] = []
     start_time = time.perf_counter()
     obs, _ = envs.reset(seed=args.seed)
     for global_step in range(args.total_timesteps):
@@ -129,7 +129,7 @@ def run(args: CleanRLDQNAtariArgs, eval_episodes: int) -> dict:
             actions = torch.argmax(q_values, dim=1).cpu().numpy()
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        episode_returns.extend(finished_returns(infos))
+        record_finished(curve, infos, global_step, start_time)
 
         real_next_obs = next_obs.copy()
         for idx, trunc in enumerate(truncations):
@@ -164,4 +164,4 @@ def run(args: CleanRLDQNAtariArgs, eval_episodes: int) -> dict:
             return torch.argmax(q_network(torch.Tensor(observations)), dim=1).numpy()
 
         evaluation = evaluate_greedy(args.env_id, act, eval_episodes, args.seed, make_envs=make_atari_env)
-    return loop_result(args, start_time, entered, wall, episode_returns, evaluation)
+    return loop_result(args, start_time, entered, wall, curve, evaluation)

@@ -1030,9 +1030,9 @@ def slack_steps(schedule: Schedule, actors: int) -> float:
     actor steps (2 C each). An Atari run's 3 actors: 776 + 768, where its window is ~600 steps: a
     window that started after the limiter's slack alone measured the actors running free (173 env
     steps/s where its learners' compute allowed 12)."""
-    from rlbench.plan.profile import insert_transitions
+    from rlbench.runtime.distributed.roles import ACTOR_INSERT_TRANSITIONS
 
-    return limiter_lead(schedule, actors) + 2 * actors * insert_transitions()
+    return limiter_lead(schedule, actors) + 2 * actors * ACTOR_INSERT_TRANSITIONS
 
 
 def warm_up_steps(mapping: Mapping, schedule: Schedule) -> float:

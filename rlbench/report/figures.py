@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.report.collect import Combination, Group, Inputs, Run
-from rlbench.report.measures import estimate, flat, measures, modelled_measures, values
+from rlbench.report.measures import estimate, flat, measures, modelled_measures, normalisation, values
 
 MAX_LINES = 10  # per panel of the asv history: more is unreadable
 
@@ -260,7 +260,8 @@ def performance_profile(group: Group) -> Figure | None:
     normalised = len(group.envs()) > 1 and not available(group)
     if normalised:
         lines = {m.label: list(m.scores(group).values()) for m in methods(group)}
-        x_label, what = "normalised score τ", "normalised final score"
+        name = normalisation(group)[0]
+        x_label, what = f"{name} score τ", f"{name} final score"
     else:
         measure = next((m for m in measures(group) if m.key == "final_return"), None)
         if measure is None:
@@ -308,25 +309,27 @@ def aggregate_intervals(group: Group) -> Figure | None:
     if not rows:
         return None
     names = list(rows[0][1])
+    name, one = normalisation(group)
     figure = _new(3.0 * len(names) + 1.5, 0.5 * len(rows) + 1.6)
     axes = figure.subplots(1, len(names), sharey=True)
-    for ax, name in zip(axes, names):
+    for ax, statistic in zip(axes, names):
         for index, (method, estimates) in enumerate(rows):
-            e = estimates[name]
+            e = estimates[statistic]
             if math.isfinite(e.low) and math.isfinite(e.high):
                 ax.barh(index, e.high - e.low, left=e.low, height=0.6, color=_colour(index), alpha=0.75)
             ax.plot([e.value, e.value], [index - 0.3, index + 0.3], color="k", lw=1.5)
-        ax.set_title(name + (" ↓" if name == "optimality gap" else " ↑"), fontsize=10)
-        ax.set_xlabel("normalised score")
+        ax.set_title(statistic + (" ↓" if statistic == "optimality gap" else " ↑"), fontsize=10)
+        ax.set_xlabel(f"{name} score")
         _style(ax)
     axes[0].set_yticks(range(len(rows)), [method.label for method, _ in rows], fontsize=8)
     axes[0].invert_yaxis()
     envs = group.envs()
     return _png(figure, "Aggregates over environments",
-                f"Normalised final scores, (score − random) / (reference − random), over {len(envs)} environment(s) "
-                f"({', '.join(envs)}): median and mean of the per-environment means, IQM of every run, optimality gap "
-                "(how far runs fall short of the reference; lower is better). Black tick: the estimate; bar: its 95 % "
-                "stratified bootstrap interval (none with fewer than 5 runs per environment).", "measured")
+                f"{name.capitalize()} final scores, (score − random) / ({one} − random), over {len(envs)} "
+                f"environment(s) ({', '.join(envs)}): median and mean of the per-environment means, IQM of every run, "
+                f"optimality gap (how far runs fall short of the {one}'s score; lower is better). Black tick: the "
+                "estimate; bar: its 95 % stratified bootstrap interval (none with fewer than 5 runs per environment).",
+                "measured")
 
 
 def modelled(group: Group) -> Figure | None:

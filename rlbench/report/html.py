@@ -200,6 +200,7 @@ def cost_table(group: Group, found: list[Measure]) -> str:
 
 def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
     from rlbench.report.aggregate import aggregate_estimates, available, improvement, methods
+    from rlbench.report.measures import normalisation
 
     why = available(group)
     if len(group.envs()) < 2:
@@ -207,6 +208,7 @@ def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
     if why:
         return f"<h3>Aggregates over environments</h3><div class='warn'>not drawn: {_e(why)}</div>"
     rows = aggregate_estimates(group)
+    name, one = normalisation(group)
     names = list(rows[0][1]) if rows else []
     head = "".join(f"<th>{_e(n)}{' ↓' if n == 'optimality gap' else ' ↑'}</th>" for n in names)
     body = "".join(f"<tr><td class='name'>{_e(m.label)}</td>"
@@ -216,7 +218,8 @@ def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
                        for env in group.envs())
     parts = ["<h3><span class='badge measured'>measured</span>Aggregates over environments</h3>",
              f"<table><tr><th class='name'>method</th>{head}</tr>{body}</table>",
-             f"<p class='meta'>Normalised final greedy score (score − random) / (reference − random). {_e(scores)}.</p>"]
+             f"<p class='meta'>{name.capitalize()} final greedy score (score − random) / ({one} − random): 0 is a "
+             f"uniform random policy's score, 1 the {one}'s. {_e(scores)}.</p>"]
     parts += [_figure(figures[k]) for k in ("aggregates",) if k in figures]
     found = methods(group)
     if len(found) > 1:
@@ -224,7 +227,7 @@ def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
         matrix = "".join(f"<tr><td class='name'>{_e(x.label)}</td>"
                          + "".join("<td>–</td>" if x is y else _probability_cell(improvement(group, x, y)) for y in found)
                          + "</tr>" for x in found)
-        parts.append("<h3>P(row beats column) over environments: normalised final score</h3>"
+        parts.append(f"<h3>P(row beats column) over environments: {name} final score</h3>"
                      f"<table><tr><th class='name'>row \\ column</th>{cells}</tr>{matrix}</table>"
                      "<p class='meta'>The probability that a run of the row beats a run of the column on the same "
                      "environment, averaged over the environments (Agarwal et al.), with its stratified bootstrap "

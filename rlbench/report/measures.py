@@ -119,6 +119,19 @@ def normalised_score(run: Run, group: Group) -> float:
     return (value - scores.random) / (scores.reference - scores.random)
 
 
+def normalisation(group: Group) -> tuple[str, str]:
+    """(what the study's normalised scores are called, what their 1 is): ("human-normalised", "human")
+    when every environment is an Atari game scored by the shipped random and human scores (Agarwal et
+    al.'s Atari aggregates), else ("normalised", "reference"): 0 is a uniform random policy's score either way."""
+    from rlbench.builtin.reference_scores import ATARI_SOURCE
+
+    envs = group.envs()
+    if envs and all(env in group.reference_scores and group.reference_scores[env].source.startswith(ATARI_SOURCE)
+                    for env in envs):
+        return "human-normalised", "human"
+    return "normalised", "reference"
+
+
 def unscored_envs(group: Group) -> list[str]:
     return [env for env in group.envs() if env not in group.reference_scores]
 
@@ -216,7 +229,8 @@ def measures(group: Group) -> list[Measure]:
                 lambda r, g: _number(_at(r.data, "evaluation", "mean_return")), digits=1),
     ]
     if len(group.envs()) > 1 and not unscored_envs(group):
-        candidates.append(Measure("normalised_score", "normalised final score", "", True, normalised_score, digits=2))
+        candidates.append(Measure("normalised_score", f"{normalisation(group)[0]} final score", "", True,
+                                  normalised_score, digits=2))
     if group.has_target:
         to = group.target_text()
         pro_rated = " (pro-rated)" if target_curve(group) == "training" else ""
