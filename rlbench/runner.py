@@ -267,6 +267,9 @@ def _steady(stats: LoopStats, t0: float, evaluating_s: float = 0.0) -> dict[str,
 def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
                    progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     total_steps = budget.total_steps
+    # before the run: plugins' fingerprints import native modules (pyopencl), and a second Ctrl-C or SIGTERM
+    # raised inside such an import at the end of a run aborted the process instead of exiting 130/143
+    fingerprint = machine_fingerprint()
     meters = EnergyMeters(config)
     started_unix = time.time()
     cpu0 = own_cpu_s()
@@ -325,7 +328,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
         "hyperparameters": dataclasses.asdict(hp),
         "components": {kind: {"name": c.name, "plugin": c.plugin, "description": c.description}
                        for kind, c in plan.selected().items()},
-        "fingerprint": machine_fingerprint(),
+        "fingerprint": fingerprint,
         "timing": {"started_unix": started_unix, "wall_s": wall, "cpu_s": cpu,
                    "cpu_utilisation": cpu / wall if wall > 0 else math.nan, "startup_s": steady["startup_s"],
                    "evaluating_s": evaluating_s, "evaluating_cpu_s": periodic.cpu_s if periodic else 0.0},

@@ -14,10 +14,16 @@ CONFIG=${RLBENCH_ASV_CONFIG:-asv.conf.json}
 MACHINE=${RLBENCH_ASV_MACHINE:-$(hostname)}
 "${ASV[@]}" machine --yes --machine "$MACHINE" --config "$CONFIG" >/dev/null
 "$VENV/bin/python" -m suites.machine --machine "$MACHINE"
+# A quick run selects its own cells (suites/quick.py: asv would otherwise start a process for each of the
+# grids' ~2,300 combinations, measured or not), unless the caller chose benchmarks with -b itself.
+selection=()
+if [ "${RLBENCH_ASV_MATRIX:-quick}" = quick ] && [[ " $* " != *" -b "* && " $* " != *" --bench"* ]]; then
+  while IFS= read -r regex; do selection+=(-b "$regex"); done < <("$VENV/bin/python" -m suites.quick)
+fi
 # asv exits 2 when a benchmark failed; add -e (--show-stderr) to see its traceback.
 status=0
 "${ASV[@]}" run --python=same --quick --machine "$MACHINE" --config "$CONFIG" \
-  --set-commit-hash "$(git rev-parse HEAD)" "$@" || status=$?
+  --set-commit-hash "$(git rev-parse HEAD)" "${selection[@]}" "$@" || status=$?
 "$VENV/bin/rlbench" dashboard --config "$CONFIG" --no-serve
 echo "asv_quick: dashboard published; serve it with: rlbench dashboard --no-publish"
 exit "$status"
