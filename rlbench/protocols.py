@@ -68,6 +68,9 @@ class TransportCapabilities:
     crosses_processes: bool
     crosses_hosts: bool
     zero_copy: bool = False  # receive hands out views of the medium's memory
+    # its listeners keep peers not admitted yet apart (Listener: expect_admission, admit); the
+    # conformance kit checks that a transport declaring it has them and that they work
+    admission: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,20 @@ class Listener(Protocol):
       (`rlbench.kit.framing.PEER_FAULTS`).
     - `drop(peer)` closes one peer's connection (the replay node drops a peer that failed
       authentication, or that keeps sending before it authenticates).
+    - Admission, where the transport's capabilities say `admission=True` (optional otherwise):
+      `expect_admission(*, handshake_s, max_strangers)` switches it on (bad values raise
+      RlbenchError) and `admit(peer)` marks a peer admitted (the replay node calls it when the peer
+      has authenticated; harmless for a peer that is not a stranger). Until then a peer is a
+      stranger, kept apart as a SYN queue is kept apart from established connections: at most
+      `max_strangers` of them (a newcomer past that closes one: of those that never sent a message,
+      the one that joined longest ago, else the one that spoke longest ago), one silent for
+      `handshake_s` after it joined or not admitted `handshake_s` after it first spoke is closed,
+      and a stranger never takes an admitted peer's place (a listener that bounds its peers turns a
+      newcomer away rather than drop an admitted one). `stats` then also has `strangers_shed` and
+      `handshake_timeouts`
+      (`rlbench.kit.framing.ADMISSION_COUNTERS`; `rlbench.kit.framing.Strangers` keeps the books).
+      Out of descriptors, a listener that accepts connections closes its oldest stranger to take the
+      newcomer, and with none pauses accepting briefly (`ACCEPT_BACKOFF_S`) rather than spin.
     """
 
     address: str

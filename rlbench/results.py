@@ -436,10 +436,20 @@ def _role_lines(result: dict[str, Any]) -> list[str]:
         stale_text = f"{_fmt(stale.get('p50'))} / {_fmt(stale.get('max'))}" if isinstance(stale, dict) and stale.get("count") else "-"
         mb_out = link.get("bytes_sent") / 1e6 if isinstance(link.get("bytes_sent"), (int, float)) else None
         mb_in = link.get("bytes_received") / 1e6 if isinstance(link.get("bytes_received"), (int, float)) else None
-        lost = f"  lost {link['lost']}" if link.get("lost") else ""
+        lost = f"  lost {link.get('lost') or 0}" if link.get("lost") or link.get("sequence_resets") else ""
+        if link.get("sequence_resets"):  # udp: gaps past what a peer may claim, whose loss is not in `lost`
+            lost += f" (+{link['sequence_resets']} sequence resets, uncounted)"
         lines.append(f"    {name:<12} {str(role.get('host') or '-'):<14} {_fmt(wall, 2):>7} {_fmt(cpu, 2):>7} {_fmt(util, 2):>9} "
                      f"{_fmt(link.get('messages_sent')):>10} {_fmt(link.get('messages_received')):>10} "
                      f"{_fmt(mb_out, 2):>10} {_fmt(mb_in, 2):>10}  {stale_text}{lost}")
+    for name, role in roles.items():  # a replay node's descriptor limit and who it kept out before they authenticated
+        limit = role.get("descriptors")
+        if isinstance(limit, dict) and limit:
+            link = role.get("link") if isinstance(role.get("link"), dict) else {}
+            kept_out = ", ".join(f"{counter.replace('_', ' ')} {_fmt(link[counter])}" for counter in
+                                 ("strangers_shed", "handshake_timeouts", "accept_backoffs") if counter in link)
+            lines.append(f"    {name}: open descriptors up to {_fmt(limit.get('soft'))} (was {_fmt(limit.get('soft_before'))}, "
+                         f"hard limit {_fmt(limit.get('hard'))})" + (f"; {kept_out}" if kept_out else ""))
     return lines
 
 

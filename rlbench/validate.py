@@ -152,7 +152,27 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
             what = "--actor-compute" if kind == ACTOR_COMPUTE else kind
             raise UnavailableComponentError(
                 f"{what} {component.name!r} (plugin {component.plugin}) is unavailable here: {probe.reason}")
+    _check_listening_host(config, plan)
     return plan
+
+
+def _check_listening_host(config: RunConfig, plan: Plan) -> None:
+    """A replay node that listens for other hosts (--bind, or a cluster launcher's on its node's routable
+    address) needs a transport that, as configured, agrees to listen there: its listen_address raises
+    AddressError saying why not and what to change (udp off loopback untrusted, dpdk's memif port)."""
+    if plan.transport is None or not spans_hosts(config):
+        return
+    from rlbench.kit.framing import AddressError
+    from rlbench.runtime.launchers import listen_address
+
+    transport = plan.transport.create(**plan.options.get("transport", {}))
+    # a cluster launcher's node address is known once placed; the wildcard stands for any off loopback
+    host = config.bind if config.bind is not None else "0.0.0.0"
+    try:
+        listen_address(transport, plan.transport.name, host)
+    except AddressError as exc:
+        where = f"--bind {config.bind}" if config.bind is not None else f"--launcher {config.launcher}"
+        raise InvalidCombinationError(f"{where}: {exc}") from None
 
 
 def _check_compute(compute: Component, roles: tuple[str, ...], algo: str, environment: Component, registry: Registry,

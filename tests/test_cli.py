@@ -38,6 +38,7 @@ def test_info_is_a_fingerprint():
     (["run", "--steps", "many"], "'many' is not a valid integer"),
     (["run", "--placement", "cloud"], "'cloud' is not one of"),
     (["run", "--transport", "udp", "--placement", "local"], "--transport udp has no effect with --placement local"),
+    (["run", "--transport", "udp", "--bind", "10.0.0.5"], "udp trusts the network path: its datagrams carry no MAC"),
     (["run", "--hp", "lr"], "'lr' is not KEY=VALUE"),
     (["run", "--hp", "learning_rat=0.1"], "unknown hyperparameter 'learning_rat'"),
     (["run", "--hp", "learning_starts=60000"], "learning_starts (60,000) exceeds buffer_size (50,000)"),

@@ -172,6 +172,7 @@ def test_show_prints_fields_other_parts_add_and_labels_modelled_ones(distributed
     data["machine_state"] = {"load_before": 0.5, "load_after": 2.5, "steal_percent": 3.0, "contended": True,
                              "warning": "load rose above the core count"}
     data["loop"]["roles"]["learner"]["host"] = "node-7"
+    data["loop"]["roles"]["replay"]["link"].update(lost=12, sequence_resets=3)  # udp's flag (issue #40)
     data["components"]["replay"] = {"name": "fpga", "plugin": "fpga", "description": "",
                                     "device": {"device": "Stratix 10", "platform": "Intel FPGA", "emulation": True,
                                                "emulation_kind": "Intel FPGA emulator"}}
@@ -187,9 +188,26 @@ def test_show_prints_fields_other_parts_add_and_labels_modelled_ones(distributed
     assert re.search(r"time split \(s\)\s+env\s+learner\s+replay\s+transport\s+bookkeeping\s+window_s\n", text)
     assert re.search(r"^\s+learner\s+0\.00\s+3\.20\s+0\.40\s+0\.30\s+0\.10\s+4\.00$", text, re.M)
     assert re.search(r"learner\s+node-7", text)
+    assert re.search(r"^\s+replay\s.*lost 12 \(\+3 sequence resets, uncounted\)$", text, re.M)
     assert "WARNING: machine was contended: load rose above the core count" in text
     assert "device: replay fpga on Stratix 10 (Intel FPGA) [emulated: Intel FPGA emulator]" in text
     assert "modelled, not measured (fpga board): seconds=0.0123" in text
+
+
+def test_show_prints_the_replay_nodes_descriptor_limit_and_the_strangers_it_kept_out(distributed_result, tmp_path):
+    """Issue #40: the node raises its descriptor limit at start-up and says so; where its listener keeps
+    strangers apart, how many it shed, timed out and paused for, on the same line."""
+    data = json.loads(distributed_result.read_text())
+    limit = data["loop"]["roles"]["replay"]["descriptors"]
+    assert limit["soft"] == limit["hard"] >= limit["soft_before"]  # this run's node, as it reported
+    data["loop"]["roles"]["replay"]["descriptors"] = {"soft_before": 1024, "soft": 524288, "hard": 524288}
+    data["loop"]["roles"]["replay"]["link"].update(strangers_shed=972, handshake_timeouts=128, accept_backoffs=0)
+    path = tmp_path / "strangers.json"
+    path.write_text(json.dumps(data))
+    shown = run_cli("show", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^\s+replay: open descriptors up to 524,288 \(was 1,024, hard limit 524,288\); strangers shed 972, "
+                     r"handshake timeouts 128, accept backoffs 0$", shown.stdout, re.M), shown.stdout
 
 
 @pytest.mark.parametrize("content, message", [

@@ -269,6 +269,69 @@ def test_udp_a_flooding_peer_dropped_and_rejoining_over_and_over_takes_one_turn_
         listener.close()
 
 
+UDP_BYE = 4
+
+
+def test_udp_peers_jumping_their_sequence_cannot_inflate_lost():
+    """Issue #40: the gap bound was per datagram, so each datagram jumping by _MAX_GAP added 65,536 to
+    `lost`. What peers claim lost beyond what they delivered is one window at most, all of them
+    together, however often they leave and come back; a jump past that is a sequence reset, flagged."""
+    from rlbench.builtin.transports.udp import _MAX_GAP
+
+    listener = UdpTransport().listen()
+    address = host_port(listener.address)
+    liars = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(4)]
+    jumps = 50
+    delivered = 0
+    try:
+        for liar in liars:
+            for _ in range(2):  # a new peer each time: it says BYE and comes back
+                for i in range(jumps):
+                    liar.sendto(udp_datagram(i * (_MAX_GAP + 1), 0, 1, 4, 8160, b"jump"), address)
+                    if i % 10 == 9:
+                        delivered += len(drain(listener, 0.01))
+                delivered += len(drain(listener, 0.02))
+                liar.sendto(udp_datagram(0, 0, 0, 0, 0, b"", kind=UDP_BYE), address)
+        delivered += len(drain(listener, 0.1))
+        stats = listener.stats
+        assert delivered == stats["messages_received"] == 4 * 2 * jumps, stats  # every message still arrives
+        assert stats["lost"] <= delivered + _MAX_GAP, f"{stats['lost']:,} counted lost for {delivered} delivered"
+        assert stats["sequence_resets"] >= 4 * 2 * (jumps - 1) - 2, stats
+    finally:
+        for liar in liars:
+            liar.close()
+        listener.close()
+
+
+def test_udp_honest_loss_is_counted_exactly_and_a_liar_does_not_change_it():
+    """A peer that loses a third of its messages, then a burst it has the credit for, keeps received +
+    lost == sent with no reset, though a liar on the same listener used up the window all peers share."""
+    from rlbench.builtin.transports.udp import _MAX_GAP
+
+    listener = UdpTransport().listen()
+    address = host_port(listener.address)
+    liar, honest = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for i in range(20):
+            liar.sendto(udp_datagram(i * (_MAX_GAP + 1), 0, 1, 4, 8160, b"jump"), address)
+        drain(listener, 0.05)
+        resets, lost = listener.stats["sequence_resets"], listener.stats["lost"]
+        sent = [seq for seq in range(600) if seq % 3 != 2] + [600 + 150, 600 + 151]  # a third lost, then 150 at once
+        got = []
+        for seq in sent:
+            honest.sendto(udp_datagram(seq, 0, 1, 6, 8160, b"honest"), address)
+            if seq % 40 == 0:
+                got += drain(listener, 0.005)
+        received = sum(message == b"honest" for _, message in got + drain(listener, 0.1))
+        stats = listener.stats
+        assert received == len(sent)
+        assert received + stats["lost"] - lost == sent[-1] + 1 and stats["sequence_resets"] == resets, stats
+    finally:
+        liar.close()
+        honest.close()
+        listener.close()
+
+
 def test_udp_datagrams_whose_fields_do_not_add_up_are_malformed_and_cost_nothing():
     listener = UdpTransport().listen()
     address = host_port(listener.address)

@@ -53,6 +53,28 @@ def test_refused_with_what_would_work(registry, config, message):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("config", [
+    RunConfig(placement="server", transport="udp", bind="10.0.0.5"),
+    RunConfig(placement="in-network", transport="udp", bind="0.0.0.0"),
+    RunConfig(placement="server", transport="udp", launcher="ray"),  # its node's routable address
+])
+def test_udp_reachable_from_other_hosts_is_refused_unless_the_network_path_is_trusted(registry, config):
+    """Issue #40: udp's datagrams carry no MAC after the handshake (whoever sends from a peer's address
+    and port injects into its authenticated session), so a replay node other hosts reach over udp is
+    refused before the run, naming the option that accepts it; with it, the run goes ahead."""
+    import dataclasses
+
+    with pytest.raises(InvalidCombinationError, match=r"udp trusts the network path.*--udp-trust-network") as info:
+        validate(config, registry)
+    assert "\n" not in str(info.value)
+    validate(dataclasses.replace(config, options={"transport": {"trust_network": True}}), registry)
+
+
+@pytest.mark.parametrize("bind", [None, "127.0.0.1", "::1", "localhost"])
+def test_udp_on_loopback_needs_no_trust(registry, bind):
+    validate(RunConfig(placement="server", transport="udp", bind=bind), registry)
+
+
 def test_unavailable_component_refused_with_probe_reason(registry):
     with pytest.raises(UnavailableComponentError, match="board not found: plug it in"):
         validate(RunConfig(algo="qlearning", env="FrozenLake-v1", compute="absent"), registry)

@@ -21,6 +21,11 @@ processes of one machine.
   stats["slow_consumers"] and stats["dropped_peers"], and that send raises SlowConsumerError.
   recv() completes at most one message per peer in each look at the sockets, so one peer's flood
   delays another peer's message by about one message. drop(peer) closes one peer's connection.
+- Admission (the Listener protocol's, declared in its capabilities): after expect_admission() a
+  peer is a stranger until admit(peer), and `Strangers` (rlbench.kit.framing) keeps the books: at
+  most max_strangers of them, none past handshake_s, never in an admitted peer's place. Out of
+  descriptors, the oldest stranger is closed to take the newcomer; with none, accepting pauses for
+  ACCEPT_BACKOFF_S (the listening socket stays readable: watching it would spin).
 """
 
 from __future__ import annotations
@@ -39,10 +44,13 @@ from typing import Any
 
 from rlbench.hookspecs import hookimpl
 from rlbench.kit.framing import (
+    ACCEPT_BACKOFF_S,
+    ADMISSION_COUNTERS,
     AddressError,
     Outbox,
     RequestReply,
     SlowConsumerError,
+    Strangers,
     TransportClosedError,
     byte_views,
     check_size,
@@ -52,13 +60,14 @@ from rlbench.kit.framing import (
     message_limit,
     new_stats,
     not_connected,
+    out_of_descriptors,
     queued_bytes_limit,
     split_address,
 )
 from rlbench.protocols import TransportCapabilities
 
 CAPABILITIES = TransportCapabilities(max_message_bytes=1 << 30, reliable=True, ordered=True,
-                                     crosses_processes=True, crosses_hosts=False)
+                                     crosses_processes=True, crosses_hosts=False, admission=True)
 SCHEME = "uds"
 _LENGTH = struct.Struct("<I")
 _CHUNK = 1 << 20  # the most one receive asks for
@@ -250,19 +259,51 @@ class UdsListener:
         self._peer_ids = itertools.count(1)
         self._ready: collections.deque[tuple[int, memoryview]] = collections.deque()  # at most one per peer per round
         self._closed = False
-        self._stats = listener_stats(truncated=0)  # truncated: peers that left in the middle of a message
+        self._strangers = Strangers()
+        self._accepting_again = 0.0  # when a pause in accepting (out of descriptors) ends; 0: accepting
+        # truncated: peers that left in the middle of a message; accept_backoffs: those pauses
+        self._stats = listener_stats(truncated=0, accept_backoffs=0, **dict.fromkeys(ADMISSION_COUNTERS, 0))
         # The socket and its directory go at close(), or when the listener is collected, or at exit.
         self._remove = weakref.finalize(self, _remove, path, directory, os.getpid())
 
+    def expect_admission(self, *, handshake_s: float, max_strangers: int) -> None:
+        """Keep peers apart until admit(peer); those connected already are strangers from now on."""
+        self._strangers.expect(handshake_s, max_strangers, SCHEME)
+        for peer in list(self._peers):
+            crowded = self._strangers.join(peer)
+            if crowded is not None:
+                self._shed(crowded, "strangers_shed")
+
+    def admit(self, peer: int) -> None:
+        self._strangers.admit(peer)
+
     def _accept(self) -> None:
-        try:
-            sock, _ = self._server.accept()
-        except OSError:  # the peer gave up before we got to it, or no descriptors left: the others go on
-            return
+        while True:
+            try:
+                sock, _ = self._server.accept()
+                break
+            except OSError as exc:
+                if not out_of_descriptors(exc):  # the peer gave up before we got to it: the others go on
+                    return
+                oldest = self._strangers.oldest()
+                if oldest is None:  # nothing to close for room: pause (the socket stays readable)
+                    self._stats["accept_backoffs"] += 1
+                    self._selector.unregister(self._server)
+                    self._accepting_again = time.monotonic() + ACCEPT_BACKOFF_S
+                    return
+                self._shed(oldest, "strangers_shed")  # its descriptor is free now: try again
         sock.setblocking(False)  # reads only when the selector says so; writes take what fits now
         peer = next(self._peer_ids)
         self._peers[peer] = _Peer(sock, self._limit)
         self._selector.register(sock, selectors.EVENT_READ, peer)
+        crowded = self._strangers.join(peer)
+        if crowded is not None:
+            self._shed(crowded, "strangers_shed")
+
+    def _shed(self, peer: int, counter: str) -> None:
+        """Close a stranger and what it sent, counted under `counter`."""
+        self._stats[counter] += 1
+        self.drop(peer)
 
     def drop(self, peer: int, fault: str | None = None) -> None:
         """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule); what
@@ -277,6 +318,7 @@ class UdsListener:
         entry = self._peers.pop(peer, None)
         if entry is None:
             return
+        self._strangers.leave(peer)
         if fault is not None:
             self._stats[fault] += 1
             self._stats["dropped_peers"] += 1
@@ -298,6 +340,7 @@ class UdsListener:
             self._close(peer, "refused_oversize")
         elif message is not None:
             self._ready.append((peer, message))
+            self._strangers.heard(peer)
 
     def _flush(self, peer: int) -> None:
         """Write what the peer's socket takes now of its outbox; stop watching for room once it is empty."""
@@ -326,6 +369,13 @@ class UdsListener:
     def _poll(self, timeout: float | None) -> bool:
         """One look at the sockets (waiting up to `timeout`): accept newcomers, write to peers with
         room, take one receive from each peer with data. False when nothing was ready."""
+        if self._accepting_again:  # a pause in accepting: watch the listening socket again when it ends
+            pause = self._accepting_again - time.monotonic()
+            if pause <= 0:
+                self._accepting_again = 0.0
+                self._selector.register(self._server, selectors.EVENT_READ, None)
+            elif timeout is None or timeout > pause:
+                timeout = pause
         events = self._selector.select(timeout)
         for key, mask in events:
             peer = key.data
@@ -336,6 +386,9 @@ class UdsListener:
                 self._flush(peer)
             if mask & selectors.EVENT_READ and peer in self._peers:
                 self._read(peer)
+        if self._strangers and not self._ready:  # (a stranger's message not handed out waits for us, not it)
+            while (late := self._strangers.overdue()) is not None:
+                self._shed(late, "handshake_timeouts")
         return bool(events)
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:

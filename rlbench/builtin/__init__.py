@@ -28,11 +28,19 @@ def rlbench_register_transports(register):
              description="kernel TCP sockets, length-prefixed messages (kernel baseline)")
     register("udp", "rlbench.builtin.transports.udp:UdpTransport",
              capabilities=caps.UDP,
-             description="kernel UDP datagrams with fragmentation, sequence numbers and loss detection")
+             description="kernel UDP datagrams with fragmentation, sequence numbers and loss detection; trusts the "
+                         "network path (no MAC after the handshake): off loopback only with --udp-trust-network")
     register("ray", "rlbench.builtin.transports.ray_actors:RayTransport",
              probe="rlbench.builtin.transports.ray_actors:probe",
              capabilities=caps.RAY,
              description="Ray actor calls through an inbox actor on the listener's node (the Ray/RLlib baseline)")
+
+
+@hookimpl
+def rlbench_register_run_options(option):
+    option("transport", "udp", "--udp-trust-network", "trust_network", type=bool, default=False,
+           help="Let the replay node listen where other hosts reach it over udp, whose datagrams carry no MAC "
+                "after the handshake: anyone who can send from a peer's address and port can inject into its session.")
 
 
 @hookimpl

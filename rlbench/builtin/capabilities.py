@@ -19,9 +19,9 @@ INPROC = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered
 SHM = TransportCapabilities(max_message_bytes=64 * _MiB, reliable=True, ordered=True, crosses_processes=True,
                             crosses_hosts=False, zero_copy=True)
 TCP = TransportCapabilities(max_message_bytes=1 << 31, reliable=True, ordered=True, crosses_processes=True,
-                            crosses_hosts=True)
+                            crosses_hosts=True, admission=True)
 UDP = TransportCapabilities(max_message_bytes=64 * _MiB, reliable=False, ordered=True, crosses_processes=True,
-                            crosses_hosts=True)
+                            crosses_hosts=True, admission=True)
 RAY = TransportCapabilities(max_message_bytes=32 * _MiB, reliable=True, ordered=True, crosses_processes=True,
                             crosses_hosts=True)
 RAY_REQUIREMENT = "ray==2.60.0"  # the Ray that --launcher ray and the ray transport are tested with (scripts/setup.sh)

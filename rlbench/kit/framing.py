@@ -14,11 +14,14 @@ that send raises `SlowConsumerError`. One slow reader thus never stalls the list
 
 from __future__ import annotations
 
+import errno
+import math
+import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
 from rlbench.errors import RlbenchError
-from rlbench.kit.checks import positive_int
+from rlbench.kit.checks import non_negative, positive_int
 
 
 class MessageTooLargeError(RlbenchError, ValueError):
@@ -247,6 +250,119 @@ class Outbox:
         self.messages.clear()
         self.queued = self.written = 0
         return dropped
+
+
+# ------------------------------------------------------------------------------------ admission
+# What a listener in admission mode counts (every listener that declares `admission` has these keys):
+#   strangers_shed:     strangers closed to keep within the bounds: the one that joined longest ago, for
+#                       a newcomer past max_strangers (or out of descriptors); a newcomer turned away when
+#                       every other place is an admitted peer's
+#   handshake_timeouts: strangers closed because they were not admitted within handshake_s
+ADMISSION_COUNTERS = ("strangers_shed", "handshake_timeouts")
+# How long a listener stops accepting when the process is out of descriptors and it has no stranger to
+# shed: long enough that the loop does not spin on a listening socket that stays readable, short
+# enough that a connection freed meanwhile is taken soon (Twisted and Tornado pause similarly).
+ACCEPT_BACKOFF_S = 0.05
+
+
+class Strangers:
+    """The bookkeeping of a listener's admission mode (`Listener.expect_admission`): the peers it has
+    not been told are admitted (`admit`), each with the time of its last step in the handshake.
+
+    Kept apart from admitted peers, as a SYN queue is kept apart from established connections: at
+    most `limit` strangers (a newcomer past it sheds one), each shed when it says nothing for
+    `handshake_s` after joining or is not admitted `handshake_s` after it first spoke (`heard`), and
+    never one in an admitted peer's place. Strangers that never spoke are shed first, the one that
+    joined longest ago: an honest peer speaks at once, so a flood of idle connections sheds its own
+    before a peer in the middle of its handshake. The listener applies the verdicts (it closes the
+    peers named here and counts them in ADMISSION_COUNTERS); every call here costs O(1).
+    """
+
+    __slots__ = ("on", "handshake_s", "limit", "_quiet", "_spoke")
+
+    def __init__(self) -> None:
+        self.on = False  # admission mode: off until `expect` (a listener then keeps today's rules)
+        self.handshake_s = math.inf
+        self.limit = 0
+        # peer -> when it joined / first spoke (monotonic); each in that order, the oldest first
+        self._quiet: dict[int, float] = {}
+        self._spoke: dict[int, float] = {}
+
+    def expect(self, handshake_s: Any, max_strangers: Any, transport: str) -> None:
+        """Switch admission mode on (`handshake_s` > 0 seconds, `max_strangers` >= 1), or refuse bad values."""
+        handshake_s = non_negative(handshake_s, f"{transport}: handshake_s")
+        if handshake_s == 0:
+            raise RlbenchError(f"{transport}: handshake_s must be more than 0 s, got 0")
+        self.limit = positive_int(max_strangers, f"{transport}: max_strangers")
+        self.handshake_s = handshake_s
+        self.on = True
+
+    def __len__(self) -> int:
+        return len(self._quiet) + len(self._spoke)
+
+    def __contains__(self, peer: object) -> bool:
+        return peer in self._quiet or peer in self._spoke
+
+    def join(self, peer: int) -> int | None:
+        """A newcomer joins (in admission mode); the stranger to shed for it when the pool is full
+        (`oldest` of those before it: a newcomer has had no time to speak)."""
+        if not self.on:
+            return None
+        crowded = self.oldest() if len(self) >= self.limit else None
+        self._quiet[peer] = time.monotonic()
+        return crowded
+
+    def heard(self, peer: int) -> None:
+        """The peer sent something (a stranger's handshake has begun: its second deadline starts)."""
+        if self._quiet.pop(peer, None) is not None:
+            self._spoke[peer] = time.monotonic()
+
+    def admit(self, peer: int) -> bool:
+        """The peer is no stranger from now on; False when it was not one (unknown, or admitted before)."""
+        return (self._quiet.pop(peer, None) if peer in self._quiet else self._spoke.pop(peer, None)) is not None
+
+    def leave(self, peer: int) -> None:
+        """The peer is gone (left, dropped or shed)."""
+        self.admit(peer)
+
+    def oldest(self) -> int | None:
+        """The stranger to shed first: the quiet one that joined longest ago, else the one that spoke
+        longest ago; None when there is none."""
+        return next(iter(self._quiet if self._quiet else self._spoke), None)
+
+    def overdue(self) -> int | None:
+        """A stranger whose time is up, else None (two looks per call)."""
+        now = time.monotonic()
+        for pool in (self._quiet, self._spoke):
+            for peer, since in pool.items():
+                if now - since >= self.handshake_s:
+                    return peer
+                break
+        return None
+
+
+def out_of_descriptors(exc: OSError) -> bool:
+    """Whether an accept (or socket) failed for want of descriptors or kernel memory, not for the peer."""
+    return exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def raise_descriptor_limit() -> dict[str, int]:
+    """Raise this process's soft limit of open descriptors to its hard limit (a server holds one per
+    peer: the common soft limit of 1,024 is reached by 1,024 idle connections); the figures before and
+    after, for the server's report. Unchanged where the system refuses (or has no such limit)."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return {}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    raised = soft
+    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            raised = hard
+        except (OSError, ValueError):
+            pass
+    return {"soft_before": soft, "soft": raised, "hard": hard}
 
 
 def joined(views: list[memoryview], skip: int = 0) -> bytes:

@@ -23,7 +23,11 @@ Besides moving messages, it checks the rules every transport keeps:
 - it listens where a run's server role would under `--bind HOST` or a cluster launcher (Ray): at
   what `rlbench.runtime.launchers.listen_address` gives for 127.0.0.1 (its own
   `listen_address(host)`, else NAME://127.0.0.1:0 for a transport that crosses hosts), and a peer
-  reaches that listener at the address it then reports.
+  reaches that listener at the address it then reports;
+- its listener has `expect_admission` and `admit` exactly when its capabilities say `admission`,
+  and then keeps strangers apart: bad values are refused (RlbenchError), a stranger past
+  max_strangers sheds the oldest, strangers are closed after handshake_s, an admitted peer is
+  neither shed nor closed and is still served (the Listener protocol's admission rules).
 
 The peers obey a tiny command set carried in the first byte of each message the listener sends:
   E echo the message back          U upload messages of the given seeds and sizes, then Z
@@ -337,6 +341,7 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
         name = name or _registered_name(transport_or_factory) or listener.address.partition("://")[0]
         _check_close(transport, listener, timeout, capabilities.reliable)
         _check_listen_address(transport, name, timeout)
+        _check_admission(transport, name, timeout)
         if transport is not transport_or_factory:  # a factory, not an instance
             _check_unknown_option(transport_or_factory, name)
             _check_lowered_limit(transport_or_factory, timeout)
@@ -547,6 +552,70 @@ def _check_listen_address(transport: Any, name: str, timeout: float) -> None:
         finally:
             connection.close()
     finally:
+        listener.close()
+
+
+ADMISSION_HANDSHAKE_S = 0.5  # the kit's short deadline: long enough for a loaded host's loopback round trip
+
+
+def _check_admission(transport: Any, name: str, timeout: float) -> None:
+    """Admission mode, where the capabilities declare it (and its methods only then): an admitted
+    peer stays and is served while three strangers that speak come (the third sheds the first, with
+    max_strangers=2) and the other two are closed once handshake_s has passed."""
+    listener = transport.listen(None)
+    connections: list[Any] = []
+    try:
+        has_methods = all(callable(getattr(listener, method, None)) for method in ("expect_admission", "admit"))
+        if not transport.capabilities.admission:
+            assert not has_methods, (f"{name}: its listener has expect_admission and admit, but its capabilities do "
+                                     "not say admission=True: declare it, so the kit checks it")
+            return
+        assert has_methods, f"{name}: its capabilities say admission=True, but its listener has no expect_admission/admit"
+        for bad in ({"handshake_s": 0, "max_strangers": 2}, {"handshake_s": 1.0, "max_strangers": 0}):
+            try:
+                listener.expect_admission(**bad)
+            except RlbenchError:
+                continue
+            except Exception as exc:
+                raise AssertionError(f"{name}: expect_admission({bad}) raised {type(exc).__name__} ({exc}), not a "
+                                     "one-line RlbenchError") from None
+            raise AssertionError(f"{name}: expect_admission({bad}) was accepted")
+        listener.expect_admission(handshake_s=ADMISSION_HANDSHAKE_S, max_strangers=2)
+
+        def joined(payload: bytes) -> int:
+            connection = transport.connect(listener.address, timeout=timeout)
+            connections.append(connection)
+            connection.send(payload)
+            deadline = time.monotonic() + timeout
+            while (item := listener.recv(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+                if bytes(item[1]) == payload:
+                    return item[0]
+            raise AssertionError(f"{name}: in admission mode, a newcomer's first message did not arrive")
+
+        admitted = joined(b"admitted")
+        listener.admit(admitted)
+        strangers = [joined(b"stranger %d" % i) for i in range(3)]
+        live = set(listener.peers)
+        assert admitted in live and strangers[0] not in live and set(strangers[1:]) <= live, \
+            (f"{name}: with max_strangers=2, an admitted peer (id {admitted}) and strangers {strangers} joining in "
+             f"that order should leave {[admitted, *strangers[1:]]} connected, not {sorted(live)}")
+        assert listener.stats.get("strangers_shed") == 1, \
+            f"{name}: one stranger shed should count strangers_shed=1, stats say {listener.stats.get('strangers_shed')}"
+        deadline = time.monotonic() + 2 * ADMISSION_HANDSHAKE_S + timeout
+        while set(strangers) & set(listener.peers):
+            assert time.monotonic() < deadline, \
+                f"{name}: strangers {sorted(set(strangers) & set(listener.peers))} outlived handshake_s={ADMISSION_HANDSHAKE_S}"
+            listener.recv(timeout=0.05)
+        assert listener.stats.get("handshake_timeouts") == 2, \
+            f"{name}: two strangers timed out, stats say handshake_timeouts={listener.stats.get('handshake_timeouts')}"
+        assert admitted in listener.peers, f"{name}: the admitted peer was closed with the strangers"
+        try:
+            still_serves(listener, connections[0], payload=b"admitted, later", timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: in admission mode, after the strangers were closed: {exc}") from None
+    finally:
+        for connection in connections:
+            connection.close()
         listener.close()
 
 

@@ -64,6 +64,7 @@ from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
 from rlbench.kit.checks import non_negative
 from rlbench.kit.framing import (
+    ACCEPT_BACKOFF_S,
     AddressError,
     Outbox,
     RequestReply,
@@ -77,6 +78,7 @@ from rlbench.kit.framing import (
     message_limit,
     new_stats,
     not_connected,
+    out_of_descriptors,
     queued_bytes_limit,
     slice_views,
     split_address,
@@ -604,6 +606,7 @@ class ShmListener:
         # truncated: chunked messages cut off by their peer leaving; refused_peers: connections from other users
         self._faults = listener_stats(reassembly_timeouts=0, truncated=0)
         self._refused_peers = 0  # written by the accept thread only
+        self._accept_backoffs = 0  # (the same) pauses in accepting, out of descriptors
         # The accept thread keeps accepting (and watching peer sockets for EOF) off the polling path,
         # so polling stays free of syscalls however peers come and go.
         self._thread = threading.Thread(target=self._accept_loop, name=f"shm-accept {address}", daemon=True)
@@ -636,7 +639,10 @@ class ShmListener:
     def _accept(self) -> tuple[socket.socket, _Endpoint] | None:
         try:
             sock, _ = self._server.accept()
-        except OSError:
+        except OSError as exc:
+            if out_of_descriptors(exc):  # the connection stays in the backlog and the socket readable:
+                self._accept_backoffs += 1  # pause, or this thread spins (and takes the poller's GIL)
+                time.sleep(ACCEPT_BACKOFF_S)
             return None
         _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
         if uid != self._uid:  # only the run's own processes: the abstract socket itself lets anyone connect
@@ -835,7 +841,7 @@ class ShmListener:
 
     @property
     def stats(self) -> dict[str, int]:
-        total = dict(self._faults, refused_peers=self._refused_peers)
+        total = dict(self._faults, refused_peers=self._refused_peers, accept_backoffs=self._accept_backoffs)
         for counters in [self._departed, *(endpoint.stats() for endpoint in self._endpoints.values())]:
             for key, value in counters.items():
                 total[key] += value

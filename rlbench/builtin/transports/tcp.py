@@ -20,9 +20,12 @@ import numpy as np
 
 from rlbench.builtin import capabilities as caps
 from rlbench.kit.framing import (
+    ACCEPT_BACKOFF_S,
+    ADMISSION_COUNTERS,
     Outbox,
     RequestReply,
     SlowConsumerError,
+    Strangers,
     TransportClosedError,
     byte_views,
     check_size,
@@ -33,6 +36,7 @@ from rlbench.kit.framing import (
     message_limit,
     new_stats,
     not_connected,
+    out_of_descriptors,
     queued_bytes_limit,
 )
 
@@ -212,7 +216,15 @@ class _Peer:
 class TcpListener:
     """Peers' sockets are non-blocking: a send the kernel cannot take now waits in the peer's outbox
     (written when the selector says the socket is writable), and `recv` takes the peers' messages
-    in turn, so one peer's flood delays another's message by one message, not by the flood."""
+    in turn, so one peer's flood delays another's message by one message, not by the flood.
+
+    Admission (`expect_admission`, kit.framing.Strangers): connections not admitted yet are strangers,
+    at most max_strangers of them (a newcomer past that closes one, those that never sent a whole
+    message first), none silent past handshake_s or unadmitted handshake_s after its first message.
+    Out of descriptors, `accept` fails (EMFILE) and the connection stays in the backlog,
+    so the listening socket stays readable: the oldest stranger is closed and the accept tried again,
+    and with no stranger to close the listener stops watching that socket for ACCEPT_BACKOFF_S
+    (counted in accept_backoffs) instead of spinning on it."""
 
     def __init__(self, sock: socket.socket, address: str, limit: int, max_queued_bytes: int) -> None:
         self.address = address
@@ -227,19 +239,59 @@ class TcpListener:
         self._leftovers: collections.deque[tuple[int, memoryview]] = collections.deque()  # of dropped peers
         self._since_select = 0
         self._closed = False
-        # truncated: messages cut off by their peer leaving in the middle
-        self._stats = listener_stats(truncated=0)
+        self._strangers = Strangers()
+        self._accepting_again = 0.0  # monotonic time an out-of-descriptors pause ends (0: accepting)
+        # truncated: messages cut off by their peer leaving in the middle;
+        # accept_backoffs: pauses in accepting, out of descriptors with no stranger to close
+        self._stats = listener_stats(truncated=0, accept_backoffs=0, **dict.fromkeys(ADMISSION_COUNTERS, 0))
+
+    def expect_admission(self, *, handshake_s: float, max_strangers: int) -> None:
+        """Keep connections apart until `admit`ted (the Listener protocol's admission mode); those
+        connected already are strangers from now on."""
+        self._strangers.expect(handshake_s, max_strangers, "tcp")
+        for peer in list(self._peers):
+            crowded = self._strangers.join(peer)
+            if crowded is not None:
+                self._shed(crowded, "strangers_shed")
+
+    def admit(self, peer: int) -> None:
+        """The peer proved who it is: no stranger from now on."""
+        self._strangers.admit(peer)
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self._server.accept()
-        except OSError:  # the peer gave up before we got to it, or no descriptors left: the others go on
-            return
+        while True:
+            try:
+                sock, _ = self._server.accept()
+                break
+            except OSError as exc:
+                if not out_of_descriptors(exc):  # the peer gave up before we got to it: the others go on
+                    return
+                oldest = self._strangers.oldest()
+                if oldest is None:  # nothing to make room with: pause, or the loop spins on the readable socket
+                    self._stats["accept_backoffs"] += 1
+                    self._selector.unregister(self._server)
+                    self._accepting_again = time.monotonic() + ACCEPT_BACKOFF_S
+                    return
+                self._shed(oldest, "strangers_shed")  # its descriptor is free now: try again
         _tune(sock)
         sock.setblocking(False)
         peer = next(self._next_peer)
         self._peers[peer] = _Peer(sock, self._limit)
         self._selector.register(sock, selectors.EVENT_READ, peer)
+        crowded = self._strangers.join(peer)
+        if crowded is not None:
+            self._shed(crowded, "strangers_shed")
+
+    def _shed(self, peer: int, counter: str) -> None:
+        """Close a stranger (what it sent is dropped with it), counted under `counter`."""
+        self._stats[counter] += 1
+        self._close(peer, None, deliver=False)
+
+    def _shed_late_strangers(self) -> None:
+        """Close the strangers whose handshake time is up; one that sent what was not handed out yet
+        waits for this side, not the other way round: it is left (and those after it) till then."""
+        while (late := self._strangers.overdue()) is not None and not self._peers[late].reader.ready:
+            self._shed(late, "handshake_timeouts")
 
     def drop(self, peer: int, fault: str | None = None) -> None:
         """Close one peer's connection (`fault`: the counter it adds to, when it broke a rule); what it
@@ -250,6 +302,7 @@ class TcpListener:
         entry = self._peers.pop(peer, None)
         if entry is None:
             return
+        self._strangers.leave(peer)
         if fault is not None:
             self._stats[fault] += 1
             self._stats["dropped_peers"] += 1
@@ -271,6 +324,8 @@ class TcpListener:
             alive = False
         if reader.ready and not had:
             self._turns.append(peer)
+            if self._strangers.on:
+                self._strangers.heard(peer)
         if reader.refused:
             self._close(peer, "refused_oversize", deliver=True)
         elif not alive:
@@ -280,6 +335,13 @@ class TcpListener:
     def _select(self, timeout: float | None) -> bool:
         """Accept, read and write what the sockets allow (waiting up to `timeout`); False when nothing did."""
         self._since_select = 0
+        if self._accepting_again:  # paused out of descriptors: watch the listening socket again when it ends
+            pause = self._accepting_again - time.monotonic()
+            if pause <= 0:
+                self._accepting_again = 0.0
+                self._selector.register(self._server, selectors.EVENT_READ, None)
+            elif timeout is None or timeout > pause:
+                timeout = pause
         events = self._selector.select(timeout)
         for key, mask in events:
             peer = key.data
@@ -290,6 +352,8 @@ class TcpListener:
                 self._flush(peer)
             if mask & selectors.EVENT_READ and peer in self._peers and not self._peers[peer].reader.ready:
                 self._read(peer)
+        if self._strangers:
+            self._shed_late_strangers()
         return bool(events)
 
     def recv(self, timeout: float | None = None) -> tuple[int, memoryview] | None:

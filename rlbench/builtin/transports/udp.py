@@ -10,8 +10,23 @@ message before starting the next, so messages arrive in order.
 Loss is counted, never silent: per peer, the receiver expects sequence numbers in order; a gap, or a
 reassembly that makes no progress for `reassembly_timeout_s`, adds to stats["lost"]. The invariant
 the conformance kit checks is received + lost == sent. A sequence number is a claim too: one more
-than _MAX_GAP ahead of what the receiver expects is `malformed` and changes nothing, so a peer that
-jumps its numbers cannot add billions to `lost`.
+than _MAX_GAP ahead of what the receiver expects is `malformed` and changes nothing (one datagram
+cannot throw a peer's sequence far off), and the gaps within that are bounded in total, not per
+datagram: a peer's gaps count as lost against the messages it delivered (or had refused) that no gap
+claimed yet, and beyond those against one window of _MAX_GAP messages that every peer of this side
+shares for its whole life (so leaving and coming back earns nothing). A gap past what is left is a
+sequence reset (stats["sequence_resets"]): its message is delivered, the peer's sequence goes on from
+it, and nothing is added to `lost`. So `lost` never exceeds what was received, refused or given up in
+reassembly by more than _MAX_GAP, however a peer numbers its messages (40,000 datagrams jumping by
+65,536 once added 2.6e9); an honest peer that loses at most as many messages as arrive never draws on
+the window, and received + lost == sent holds exactly unless `sequence_resets` says otherwise.
+
+udp trusts the network path. A datagram carries no MAC: a run's roles prove their keys in the replay
+node's HELLO / CHALLENGE / AUTH exchange, but what follows is taken as from the peer whose address and
+port it comes from, so anyone who can send from (or spoof) that address can inject into the peer's
+authenticated session. tcp is no better against an attacker on the path, but an off-path sender must
+guess its sequence numbers; here it need not. So `listen_address` (where a run's replay node listens:
+--bind, a cluster launcher) refuses any address off loopback unless `trust_network` accepts this.
 
 A header is a claim, checked before anything is kept: a datagram whose fields do not add up is
 `malformed`; a message whose total exceeds the receiving side's max_message_bytes is refused
@@ -24,11 +39,19 @@ in `reassembly_evictions`), and at most `max_peers` peers known to a listener (t
 longest ago is forgotten, counted in `evicted_peers`). A forgotten peer that sends again is taken back
 under a new id: the listener counts its sequence from that message on and welcomes it with the new id,
 which tells the connection that the listener's own sequence to it starts over.
+
+A HELLO from anyone makes a peer, so in admission mode (`expect_admission`, kit.framing.Strangers) a
+peer not admitted yet is a stranger, told BYE when shed: strangers are at most max_strangers (a
+newcomer past that sheds one, those that sent no data first), none silent past handshake_s or
+unadmitted handshake_s after its first data, and at max_peers a newcomer sheds a stranger, never an
+admitted peer: with every place an admitted peer's, the newcomer itself is turned away (all counted
+in strangers_shed). 1,100 strangers' HELLOs once evicted an authenticated actor this way.
 """
 
 from __future__ import annotations
 
 import collections
+import ipaddress
 import itertools
 import select
 import selectors
@@ -41,9 +64,12 @@ from rlbench.builtin import capabilities as caps
 from rlbench.errors import RlbenchError
 from rlbench.kit.checks import positive_int
 from rlbench.kit.framing import (
+    ADMISSION_COUNTERS,
+    AddressError,
     MessageTooLargeError,
     RequestReply,
     SlowConsumerError,
+    Strangers,
     TransportClosedError,
     byte_views,
     check_size,
@@ -68,8 +94,9 @@ _WINDOW = 32  # fragments in flight per message
 _ACK_EVERY = 8  # the receiver acknowledges every this many fragments (and the last)
 _RTO_S, _MAX_RTO_S = 0.02, 0.2
 _RCVBUF = 4 << 20
-# The most messages one datagram may show as lost (a gap in its peer's sequence): far more than a
-# burst loss of a sender that waits for replies, far less than the 2**31 a lying peer could claim.
+# How far one datagram may jump ahead in its peer's sequence, and the most messages the peers of one
+# side may claim lost beyond what they delivered, all together: far more than a burst loss of a sender
+# that waits for replies.
 _MAX_GAP = 1 << 16
 _PUMP_ON_SEND = 256  # datagrams a listener's send handles before it queues a message behind a send under way
 _PEER_RCVBUF = 1 << 20  # the kernel's queue for one peer's socket (a listener's)
@@ -124,7 +151,7 @@ class _Transfer:
 
 
 class _Peer:
-    __slots__ = ("id", "addr", "send_seq", "expected", "partials", "acked", "refused", "far_limit", "heard",
+    __slots__ = ("id", "addr", "send_seq", "expected", "credit", "partials", "acked", "refused", "far_limit", "heard",
                  "waiting", "queued", "transfer", "sock")
 
     def __init__(self, peer_id: int, addr: Any) -> None:
@@ -132,6 +159,7 @@ class _Peer:
         self.addr = addr
         self.send_seq = 0
         self.expected = 0  # the next sequence number not yet delivered or counted lost
+        self.credit = 0  # messages it delivered that no gap claimed as lost yet (_claim_gap)
         self.partials: dict[int, _Partial] = {}
         self.acked: dict[int, int] = {}  # seq -> fragments the far side confirmed, while sending it
         self.refused: int | None = None  # the last seq we refused from this peer
@@ -164,7 +192,8 @@ class _UdpEndpoint:
         self._last_expiry = time.monotonic()
         self._stats = listener_stats(fragments_sent=0, fragments_received=0, retransmits=0, reassembly_timeouts=0,
                                      reassembly_evictions=0, evicted_peers=0, send_abandoned=0, refused_by_peer=0,
-                                     duplicates=0)
+                                     duplicates=0, sequence_resets=0)
+        self._spare_gap = _MAX_GAP  # what gaps may claim beyond the peers' credit, all peers, for good
 
     # -- subclass hooks -----------------------------------------------------------------------
     def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
@@ -323,7 +352,7 @@ class _UdpEndpoint:
             elif count > 1:  # our last ack may have been lost; confirm again so the sender stops
                 self._send_control(_ACK, peer.addr, seq, count, count)
             return
-        if ((seq - peer.expected) & 0xFFFFFFFF) > _MAX_GAP:  # a claim of more lost messages than could be
+        if ((seq - peer.expected) & 0xFFFFFFFF) > _MAX_GAP:  # one datagram must not throw the sequence off
             self._stats["malformed"] += 1
             return
         size = payload.nbytes
@@ -384,13 +413,30 @@ class _UdpEndpoint:
         self._send_control(_REFUSE, peer.addr, seq, total=self._limit)
 
     def _settle(self, peer: _Peer, seq: int) -> None:
-        """`seq` is dealt with (delivered or refused): every message before it that is not is lost."""
+        """`seq` is dealt with (delivered or refused): every message before it that is not is lost, as
+        far as the peer may claim so (_claim_gap)."""
+        peer.credit += 1
         skipped = (seq - peer.expected) & 0xFFFFFFFF
         if skipped:  # every message between is lost (an unfinished reassembly among them too)
-            self._stats["lost"] += skipped
-            for stale in [s for s in peer.partials if ((seq - s) & 0xFFFFFFFF) < 0x80000000]:
-                self._reassembling -= peer.partials.pop(stale).held
+            stale = [s for s in peer.partials if ((seq - s) & 0xFFFFFFFF) < 0x80000000]
+            for s in stale:
+                self._reassembling -= peer.partials.pop(s).held
+            if not self._claim_gap(peer, skipped):
+                self._stats["lost"] += len(stale)  # a reset: these did arrive, in part
         peer.expected = (seq + 1) & 0xFFFFFFFF
+
+    def _claim_gap(self, peer: _Peer, gap: int) -> bool:
+        """Count `gap` messages the peer skipped as lost where it may claim them (the module's rule):
+        against its credit first, then the window all peers share; past that, False: a sequence reset."""
+        own = min(peer.credit, gap)
+        drawn = gap - own
+        if drawn > self._spare_gap:
+            self._stats["sequence_resets"] += 1
+            return False
+        peer.credit -= own
+        self._spare_gap -= drawn
+        self._stats["lost"] += gap
+        return True
 
     def _deliver(self, peer: _Peer, seq: int, message: memoryview) -> None:
         self._settle(peer, seq)
@@ -402,7 +448,8 @@ class _UdpEndpoint:
         self._stats[counter] += 1
         ahead = (seq - peer.expected) & 0xFFFFFFFF
         if ahead < 0x80000000:
-            self._stats["lost"] += ahead + 1
+            self._claim_gap(peer, ahead)
+            self._stats["lost"] += 1  # this one: its fragments came
             peer.expected = (seq + 1) & 0xFFFFFFFF
 
     def _forget(self, peer: _Peer) -> None:
@@ -544,24 +591,38 @@ class UdpListener(_UdpEndpoint):
         self._sending: dict[int, _Peer] = {}  # peers with a windowed send under way or messages waiting
         self._stats["slow_consumers"] = 0
         self._stats["shared_socket_peers"] = 0  # peers served through the shared socket (no socket of their own)
+        self._strangers = Strangers()
+        self._stats.update(dict.fromkeys(ADMISSION_COUNTERS, 0))
 
     def _peer_for(self, addr: Any, seq: int) -> _Peer | None:
         peer = self._by_addr.get(addr)
         if peer is None:  # its history is unknown to us: its sequence starts where it is
             peer = self._join(addr)
-            peer.expected = seq
+            if peer is not None:
+                peer.expected = seq
+        if peer is not None and self._strangers.on:
+            self._strangers.heard(peer.id)
         return peer
 
     def _known_peer(self, addr: Any) -> _Peer | None:
         return self._by_addr.get(addr)
 
-    def _join(self, addr: Any) -> _Peer:
+    def _join(self, addr: Any) -> _Peer | None:
         """A new peer, welcomed with its id (a peer we had forgotten learns from it that our sequence
-        numbers to it start over)."""
-        if len(self._by_id) >= self._max_peers:  # forget the peer heard from longest ago
-            idle = min(self._by_id.values(), key=lambda peer: peer.heard)
-            self._leave(idle)
-            self._stats["evicted_peers"] += 1
+        numbers to it start over); in admission mode a stranger, and None when every place is an
+        admitted peer's (it is told BYE)."""
+        strangers = self._strangers
+        if len(self._by_id) >= self._max_peers:
+            if not strangers.on:  # forget the peer heard from longest ago
+                idle = min(self._by_id.values(), key=lambda peer: peer.heard)
+                self._leave(idle)
+                self._stats["evicted_peers"] += 1
+            elif (oldest := strangers.oldest()) is not None:
+                self._shed(self._by_id[oldest], "strangers_shed")
+            else:  # a stranger never takes an admitted peer's place
+                self._stats["strangers_shed"] += 1
+                self._send_control(_BYE, addr)
+                return None
         peer = _Peer(next(self._next_peer), addr)
         self._by_addr[addr] = self._by_id[peer.id] = peer
         peer.sock = self._retiring.pop(addr, None)
@@ -574,7 +635,38 @@ class UdpListener(_UdpEndpoint):
         if peer.sock is not None:
             self._owner[peer.sock] = peer
         self._send_control(_WELCOME, addr, index=peer.id)
+        crowded = strangers.join(peer.id)
+        if crowded is not None:
+            self._shed(self._by_id[crowded], "strangers_shed")
         return peer
+
+    def expect_admission(self, *, handshake_s: float, max_strangers: int) -> None:
+        """Keep peers apart until `admit`ted (the Listener protocol's admission mode); those known
+        already are strangers from now on."""
+        self._strangers.expect(handshake_s, max_strangers, "udp")
+        for peer in list(self._by_id):
+            crowded = self._strangers.join(peer)
+            if crowded is not None:
+                self._shed(self._by_id[crowded], "strangers_shed")
+
+    def admit(self, peer: int) -> None:
+        """The peer proved who it is: no stranger from now on (nor evicted for one)."""
+        self._strangers.admit(peer)
+
+    def _shed(self, peer: _Peer, counter: str) -> None:
+        """Forget a stranger, counted under `counter`; it is told BYE."""
+        self._stats[counter] += 1
+        self._leave(peer)
+        try:
+            self._send_control(_BYE, peer.addr)
+        except OSError:
+            pass
+
+    def _expire(self) -> None:
+        super()._expire()
+        if self._strangers and not self._inbox:  # (a stranger's message in the inbox waits for this side)
+            while (late := self._strangers.overdue()) is not None:
+                self._shed(self._by_id[late], "handshake_timeouts")
 
     def _own_socket(self, addr: Any) -> socket.socket | None:
         """A socket for one peer: the listener's address, connected to the peer (None if the system
@@ -597,6 +689,7 @@ class UdpListener(_UdpEndpoint):
 
     def _leave(self, peer: _Peer) -> None:
         del self._by_addr[peer.addr], self._by_id[peer.id]
+        self._strangers.leave(peer.id)
         self._forget(peer)
         if peer.sock is not None:
             del self._owner[peer.sock]
@@ -805,6 +898,19 @@ class UdpListener(_UdpEndpoint):
         self._sock.close()
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether `host` (an address, or a name: every address it resolves to) is this host's loopback."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(resolved) and all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in resolved)
+
+
 class UdpTransport:
     """`datagram_bytes`: the size of the datagrams this side sends; `reassembly_timeout_s`: how long a
     message in reassembly may go without a new fragment before it counts as lost; `give_up_s`: how long
@@ -812,13 +918,15 @@ class UdpTransport:
     message this side sends or accepts (at most the capability); `max_reassembly_bytes`: the most a side
     holds in reassembly, all peers together (default: twice max_message_bytes, at least 64 MiB);
     `max_peers`: how many peers a listener keeps track of; `max_queued_bytes`: how much a listener
-    holds for one peer that does not acknowledge (kit.framing.Outbox's rule)."""
+    holds for one peer that does not acknowledge (kit.framing.Outbox's rule); `trust_network`: accept
+    listening where other hosts reach it, though no datagram is authenticated (the module's paragraph
+    on trust; run option --udp-trust-network)."""
 
     capabilities = caps.UDP
 
     def __init__(self, datagram_bytes: int = 8192, reassembly_timeout_s: float = 1.0, give_up_s: float = 2.0,
                  max_message_bytes: int | None = None, max_reassembly_bytes: int | None = None,
-                 max_peers: int = 1024, max_queued_bytes: int | None = None) -> None:
+                 max_peers: int = 1024, max_queued_bytes: int | None = None, trust_network: bool = False) -> None:
         if not _MIN_DATAGRAM <= datagram_bytes <= _MAX_DATAGRAM:
             raise RlbenchError(f"udp datagram_bytes must be within {_MIN_DATAGRAM}..{_MAX_DATAGRAM}, got {datagram_bytes}")
         self.max_message_bytes = limit = message_limit(max_message_bytes, self.capabilities.max_message_bytes, "udp")
@@ -831,6 +939,20 @@ class UdpTransport:
                              give_up_s=give_up_s, max_reassembly_bytes=max_reassembly_bytes,
                              max_peers=positive_int(max_peers, "udp: max_peers"))
         self.max_queued_bytes = queued_bytes_limit(max_queued_bytes, "udp")
+        if not isinstance(trust_network, bool):
+            raise RlbenchError(f"udp: trust_network must be true or false, got {trust_network!r}")
+        self.trust_network = trust_network
+
+    def listen_address(self, host: str) -> str:
+        """Where a run's replay node listens for peers at `host`: refused off loopback unless the
+        network path is trusted (no datagram after the handshake is authenticated)."""
+        if not self.trust_network and not _is_loopback(host):
+            raise AddressError(
+                f"udp trusts the network path: its datagrams carry no MAC after the handshake, so anyone who can "
+                f"send from a peer's address and port can inject into that peer's authenticated session; to listen "
+                f"on {host}, where other hosts reach it, accept that with --udp-trust-network yes (a run file's "
+                f"[options] udp-trust-network = true), or use tcp")
+        return f"udp://{f'[{host}]' if ':' in host else host}:0"
 
     @staticmethod
     def _socket(family: int) -> socket.socket:

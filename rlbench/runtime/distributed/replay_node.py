@@ -16,10 +16,13 @@ Nothing a peer sends can stop, stall or poison it, honest or hostile:
   act only as itself; each op is accepted only from the roles allowed to send it; any error while
   handling a message becomes an ERROR reply and a counter — the serve loop never sees an exception;
 - nothing a peer sends waits on another: the listener never blocks on a peer that does not read
-  (a slow consumer is dropped, kit.framing.Outbox), a peer has at most MAX_WAITING_SAMPLES SAMPLEs
-  waiting and MAX_HELD_INSERTS INSERT replies held (more is refused, counted), a stranger is dropped
-  (or ignored) after MAX_ERRORS_BEFORE_AUTH refusals, and a peer that left is forgotten with what
-  it had waiting (`_forget_departed`), so the node's work per message stays bounded;
+  (a slow consumer is dropped, kit.framing.Outbox); an identity (role and index) holds one
+  connection, its newest authenticated one replacing the one before (`sessions_replaced`, what the
+  old one had waiting discarded, as a session takeover does), so its bounds hold per identity: at
+  most MAX_WAITING_SAMPLES SAMPLEs waiting and MAX_HELD_INSERTS INSERT replies held (more is
+  refused, counted); a stranger is dropped (or ignored) after MAX_ERRORS_BEFORE_AUTH refusals; a
+  peer that left is forgotten with what it had waiting (`_forget_departed`), at the cost of what it
+  had; what waits is indexed (`Waiting`), so the node's work per message is O(1) however much waits;
 - the run fixes what is stored and counted: INSERTs carry the run's transition layout
   (NodeSettings.layout, from its environment's spec, not from whoever writes first) and exactly
   the transitions they say they produced; the node counts per peer what it stored. An image run's
@@ -44,12 +47,13 @@ draw, not the time it waited), `memory.OP` the memory operation inside it.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import resource
 import sys
 import time
-from collections import deque
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from rlbench.arrays import to_host
-from rlbench.kit.framing import reuse_freed_memory
+from rlbench.kit.framing import raise_descriptor_limit, reuse_freed_memory
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import Recorder
 from rlbench.runtime import transitions
@@ -68,11 +72,17 @@ from rlbench.runtime.distributed.rate_limiter import RateLimiter
 IDLE_POLL_S = 0.02
 PRE_AUTH_OPS = (Op.HELLO, Op.AUTH)
 FAST_OPS = (Op.INSERT, Op.SAMPLE, Op.UPDATE_PRIORITIES)
-# Per-peer bounds. An honest actor has one INSERT in flight and the learner one SAMPLE; these leave
-# room for retries and pipelining, and bound what one peer can make the node hold.
-MAX_HELD_INSERTS = 4  # INSERT replies the rate limiter holds for one peer
-MAX_WAITING_SAMPLES = 4  # SAMPLEs waiting for the limiter, per peer
+# Per-identity bounds (an identity holds one connection). An honest actor has one INSERT in flight and
+# the learner one SAMPLE; these leave room for retries and pipelining, and bound what one key can make
+# the node hold.
+MAX_HELD_INSERTS = 4  # INSERT replies the rate limiter holds for one actor
+MAX_WAITING_SAMPLES = 4  # SAMPLEs waiting for the limiter, per learner
 MAX_ERRORS_BEFORE_AUTH = 16  # refusals a peer gets before it authenticates; then it is dropped (or ignored)
+# Admission (a listener that keeps strangers apart, Listener.expect_admission): a role says HELLO as
+# soon as it connects and authenticates in two round trips (milliseconds; a second on a loaded 2-core
+# host), and what it sent before the node got to it does not count against it (the listener's rule)
+HANDSHAKE_S = 10.0  # a peer silent this long after it connected, or not authenticated after it spoke, is closed
+MAX_STRANGERS = 128  # peers not authenticated yet; past this the listener sheds the oldest silent one first
 FORGET_EVERY_S = 1.0  # how often the node forgets peers whose connection is gone
 SWITCH_INTERVAL_S = 0.0002  # the interpreter's thread switch interval while the node serves (see serve)
 
@@ -91,6 +101,8 @@ class NodeSettings:
     checkpoint_dir: str | None = None  # where learner 0's CHECKPOINTs go (rlbench/runtime/checkpoint.py); None: refused
     shard: int = 0  # this node's shard of the run's replay (--replay-shards): its BATCHes carry the memory's
     shards: int = 1  # priority mass when there are several (rlbench/runtime/distributed/shards.py)
+    handshake_s: float = HANDSHAKE_S  # admission, where the listener has it: see HANDSHAKE_S, MAX_STRANGERS
+    max_strangers: int = MAX_STRANGERS
 
 
 @dataclass
@@ -114,13 +126,71 @@ class Peer:
         return messages.role_name(self.role, self.index)
 
 
-@dataclass
+@dataclass(eq=False)  # each one itself (Waiting keys them by identity)
 class _Pending:
     peer: int
     request_id: int
     batch_size: int = 0
     beta: float = 0.4
     handled_ns: int = 0  # the node's time on it before it waited (serve.SAMPLE adds the draw)
+
+
+class Waiting:
+    """Requests waiting for the rate limiter: SAMPLEs, or INSERTs whose reply is held (all of size 0).
+
+    `first` is the oldest of the smallest batch size: the limiter's conditions only tighten with the
+    size, so when it may not go no other may, and asking costs O(1) however many wait; one that waits
+    for a large batch holds back no smaller one. Each peer's requests are reachable from it, so
+    forgetting a peer costs what it had. (The fast path reads only its length.)"""
+
+    def __init__(self) -> None:
+        self._by_size: dict[int, OrderedDict[_Pending, None]] = {}  # each size's, in order of arrival
+        self._sizes: list[int] = []  # a heap of the sizes in _by_size, and of some emptied since (skipped)
+        self._in_heap: set[int] = set()
+        self._by_peer: dict[int, list[_Pending]] = {}  # (a few each: MAX_WAITING_SAMPLES, MAX_HELD_INSERTS)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, pending: _Pending) -> None:
+        size = pending.batch_size
+        queue = self._by_size.get(size)
+        if queue is None:
+            queue = self._by_size[size] = OrderedDict()
+            if size not in self._in_heap:
+                heapq.heappush(self._sizes, size)
+                self._in_heap.add(size)
+        queue[pending] = None
+        self._by_peer.setdefault(pending.peer, []).append(pending)
+        self._count += 1
+
+    def first(self) -> _Pending | None:
+        sizes = self._sizes
+        while sizes and sizes[0] not in self._by_size:
+            self._in_heap.discard(heapq.heappop(sizes))
+        return next(iter(self._by_size[sizes[0]])) if sizes else None
+
+    def remove(self, pending: _Pending) -> None:
+        queue = self._by_size[pending.batch_size]
+        del queue[pending]
+        if not queue:
+            del self._by_size[pending.batch_size]
+            if len(self._sizes) > 2 * len(self._by_size) + 64:  # mostly emptied sizes: rebuilt, O(1) amortised
+                self._sizes = sorted(self._by_size)  # (a sorted list is a heap)
+                self._in_heap = set(self._sizes)
+        mine = self._by_peer[pending.peer]
+        mine.remove(pending)
+        if not mine:
+            del self._by_peer[pending.peer]
+        self._count -= 1
+
+    def remove_peer(self, peer_id: int) -> int:
+        """Forget one peer's requests; how many there were."""
+        mine = list(self._by_peer.get(peer_id, ()))
+        for pending in mine:
+            self.remove(pending)
+        return len(mine)
 
 
 @dataclass
@@ -168,8 +238,11 @@ class ReplayNode:
         self.peers: dict[int, Peer] = {}
         self.recorder = Recorder()
         self.depths = Recorder()  # queue depths, in items
-        self.pending_samples: deque[_Pending] = deque()
-        self.pending_inserts: deque[_Pending] = deque()
+        self.pending_samples = Waiting()  # the fast path holds this one: kept, never replaced
+        self.pending_inserts = Waiting()
+        # the connection each identity (role, index) holds: its newest authenticated one replaces the one before
+        self.sessions: dict[tuple[str, int], int] = {}
+        self.sessions_per_role: Counter[str] = Counter()
         self.stored_by: dict[str, int] = {}  # transitions stored per role, of peers no longer connected
         self.end_pushed = False
         self.params_message = b""  # the newest weights, as a PARAMS message (request id 0)
@@ -182,6 +255,14 @@ class ReplayNode:
         self.resumed_from: dict[str, Any] | None = None  # the checkpoint this node continues (restore)
         self.checkpoints: list[dict[str, Any]] = []  # the ones it wrote: number, env steps, seconds
         self.fast, self.fast_path_note = self._fast_path()
+        # One descriptor per peer: the process's soft limit up to its hard one; and peers that have not
+        # authenticated kept apart where the listener can (strangers never displace roles)
+        self.descriptors = raise_descriptor_limit()
+        # the report's threads_in_use imports it: at the end of a flood that holds every descriptor it could not
+        import threadpoolctl  # noqa: F401
+        expect_admission, self._admit = getattr(listener, "expect_admission", None), getattr(listener, "admit", None)
+        if expect_admission is not None:
+            expect_admission(handshake_s=settings.handshake_s, max_strangers=settings.max_strangers)
 
     # ------------------------------------------------------------------------------------ loop
     def serve(self) -> dict[str, Any]:
@@ -322,30 +403,41 @@ class ReplayNode:
         self._error(peer_id, request_id, message, counter)
 
     def _drop(self, peer_id: int, counter: str) -> None:
-        """Close a peer's connection where the listener can (the node forgets it either way)."""
+        """Close a peer's connection where the listener can (the node forgets it either way); what it
+        sent before is only counted."""
         self.recorder.count(counter)
         drop = getattr(self.listener, "drop", None)
         if drop is not None:
             drop(peer_id)
+        peer = self.peers.get(peer_id)
+        if peer is not None:
+            peer.refused = True
         self._forget(peer_id, keep=True)
 
     def _forget(self, peer_id: int, *, keep: bool = False) -> None:
-        """A peer gone (or dropped): its waiting SAMPLEs and held INSERT replies go too; `keep` keeps
-        its entry (a refused peer stays refused while its messages still come)."""
+        """A peer gone (or dropped): its session ends, its waiting SAMPLEs and held INSERT replies go
+        too; `keep` keeps its entry (a refused peer stays refused while its messages still come).
+        Costs what the peer had, not what everyone has."""
         peer = self.peers.get(peer_id) if keep else self.peers.pop(peer_id, None)
         if peer is None:
             return
         if not keep and peer.stored:
             self.stored_by[peer.name] = self.stored_by.get(peer.name, 0) + peer.stored
-        if peer.waiting or peer.held:
-            for queue in (self.pending_samples, self.pending_inserts):
-                kept = [pending for pending in queue if pending.peer != peer_id]
-                self.recorder.count("forgotten_requests", len(queue) - len(kept))
-                queue.clear()  # the fast path holds pending_samples: changed in place, never replaced
-                queue.extend(kept)
-            peer.waiting = peer.held = 0
+        self._end_session(peer_id, peer)
+        forgotten = self.pending_samples.remove_peer(peer_id) + self.pending_inserts.remove_peer(peer_id)
+        if forgotten:
+            self.recorder.count("forgotten_requests", forgotten)
+        peer.waiting = peer.held = 0
         if self.state.learner == peer_id:
             self.state.learner = None
+
+    def _end_session(self, peer_id: int, peer: Peer) -> None:
+        """Nothing more from this connection as its identity (it left, was dropped or replaced)."""
+        identity = (peer.role, peer.index)
+        if peer.authenticated and self.sessions.get(identity) == peer_id:
+            del self.sessions[identity]
+            self.sessions_per_role[peer.role] -= 1
+        peer.authenticated = False
 
     def _forget_departed(self) -> None:
         """Forget peers whose connection is gone, so the peer table and what waits stay bounded."""
@@ -421,7 +513,17 @@ class ReplayNode:
         self._welcome(peer_id, peer, request_id)
 
     def _welcome(self, peer_id: int, peer: Peer, request_id: int) -> None:
+        # One connection per identity, so the bounds hold per identity: its newest replaces the one
+        # before (a role that reconnected, or a takeover with its key), as a session takeover does
+        identity = (peer.role, peer.index)
+        replaced = self.sessions.get(identity)
+        if replaced is not None:
+            self._drop(replaced, "sessions_replaced")
+        self.sessions[identity] = peer_id
+        self.sessions_per_role[peer.role] += 1
         peer.authenticated = True
+        if self._admit is not None:
+            self._admit(peer_id)
         if peer.role == "learner":
             self.state.learner = peer_id
         self.recorder.count(f"joined.{peer.role}")
@@ -478,7 +580,7 @@ class ReplayNode:
 
     def _hold_insert(self, peer_id: int, request_id: int) -> None:
         self.peers[peer_id].held += 1
-        self.pending_inserts.append(_Pending(peer_id, request_id))
+        self.pending_inserts.add(_Pending(peer_id, request_id))
         self.depths.histogram("pending_inserts").record(len(self.pending_inserts))
 
     def _inserted(self) -> dict[str, Any]:
@@ -496,7 +598,7 @@ class ReplayNode:
                           f"{MAX_WAITING_SAMPLES})", "refused.waiting_samples")
         pending.handled_ns = time.perf_counter_ns() - self._message_t0 - self._sent_ns
         peer.waiting += 1
-        self.pending_samples.append(pending)
+        self.pending_samples.add(pending)
         self.depths.histogram("pending_samples").record(len(self.pending_samples))
 
     def _on_update_priorities(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
@@ -535,7 +637,7 @@ class ReplayNode:
     # ---------------------------------------------------------------------------------- control
     def _on_status(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
         s = self.state
-        actors = sum(1 for p in self.peers.values() if p.role == "actor" and p.authenticated)
+        actors = self.sessions_per_role["actor"]
         self._reply(peer_id, Op.STATE, {
             "finished": np.uint8(s.done), "produced": np.int64(s.produced), "stored": np.int64(s.stored),
             "params_version": np.int64(s.params_version), "learner_updates": np.int64(s.learner_updates),
@@ -548,7 +650,7 @@ class ReplayNode:
         self.state.reports[peer.name] = messages.read_json(arrays["report"])
         if self.state.learner == peer_id:
             self.state.learner = None
-        peer.authenticated = False  # it said goodbye: nothing more from it
+        self._end_session(peer_id, peer)  # it said goodbye: nothing more from it
         self._reply(peer_id, Op.OK, None, request_id)
 
     def _on_finish(self, peer_id: int, peer: Peer, request_id: int, arrays: dict[str, np.ndarray]) -> None:
@@ -637,33 +739,28 @@ class ReplayNode:
         return messages.encode(Op.BATCH, batch, request_id)
 
     def _release_pending(self) -> None:
-        """Serve what waits and can go now. Each peer has a bounded share of what waits (at most
-        MAX_WAITING_SAMPLES and MAX_HELD_INSERTS), so this costs a bounded amount per message."""
+        """Serve what waits and may go now. Only what goes is looked at, and the one after it that may
+        not (Waiting.first: then no other may), so this costs O(1) per message plus what it serves."""
         size = len(self.memory)
-        pending_samples = self.pending_samples  # the fast path holds this deque: kept, never replaced
-        peers = self.peers
-        for _ in range(len(pending_samples)):  # each on its own: one that cannot be served blocks no other
-            if not pending_samples:  # a failed send made the node forget a peer, and what it had waiting
+        state, limiter, peers = self.state, self.limiter, self.peers
+        samples, inserts = self.pending_samples, self.pending_inserts
+        while samples:  # (a failed send may make the node forget a peer, and what it had waiting, meanwhile)
+            pending = samples.first()
+            if not (state.done or limiter.can_sample(pending.batch_size, size)):
                 break
-            pending = pending_samples.popleft()
-            if self.state.done or self.limiter.can_sample(pending.batch_size, size):
-                peer = peers.get(pending.peer)
-                if peer is not None:
-                    peer.waiting -= 1
-                if self.state.done:
-                    self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
-                else:
-                    self._serve_sample(pending)
+            samples.remove(pending)
+            peers[pending.peer].waiting -= 1
+            if state.done:
+                self._reply(pending.peer, Op.END, {"finished": np.uint8(1)}, pending.request_id)
             else:
-                pending_samples.append(pending)
+                self._serve_sample(pending)
         if self._pushing():
             self._push(size)
-        while self.pending_inserts and (self.state.done or self.limiter.can_insert(0)):
-            first = self.pending_inserts.popleft()
-            peer = peers.get(first.peer)
-            if peer is not None:
-                peer.held -= 1
-            self._reply(first.peer, Op.INSERTED, self._inserted(), first.request_id)
+        while inserts and (state.done or limiter.can_insert(0)):
+            pending = inserts.first()
+            inserts.remove(pending)
+            peers[pending.peer].held -= 1
+            self._reply(pending.peer, Op.INSERTED, self._inserted(), pending.request_id)
 
     def _serve_sample(self, pending: _Pending) -> None:
         started = time.perf_counter_ns()
@@ -745,12 +842,14 @@ class ReplayNode:
             "time_split": self.time_split(wall),
             "size": len(self.memory),
             "peers": len(self.peers),
+            "sessions": dict(+self.sessions_per_role),  # authenticated identities connected now, per role
             "threads": threads_in_use(),
             "rss_bytes": _rss_bytes(),
             "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "stored_by": self._stored_by(),
             "limits": {"max_held_inserts": MAX_HELD_INSERTS, "max_waiting_samples": MAX_WAITING_SAMPLES,
                        "max_errors_before_auth": MAX_ERRORS_BEFORE_AUTH},
+            "descriptors": self.descriptors,  # the open-descriptor limit: soft before start-up, soft, hard
             "fast_path": {"on": True, "served": self.fast.handled} if self.fast is not None
             else {"on": False, "why": self.fast_path_note},
             "reports": s.reports,
