@@ -166,13 +166,25 @@ def render(result: dict[str, Any]) -> str:
         raise RlbenchError(f"{where}: malformed result ({type(exc).__name__}: {exc})") from None
 
 
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _render(result: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     status = field(result, "status", str) or "?"
     head = f"rlbench {result.get('rlbench_version', '?')}  {status.upper()}"
     if field(result, "status_reason", str):
         head += f" ({result['status_reason']})"
-    lines.append(head)
+    stop_signal = field(result, "stop_signal", int)  # the signal's number (runner.py)
+    if stop_signal:
+        head += f", stopped by {_signal_name(stop_signal)}"
+    lines.append(head + f"   [{field(result, 'schema', str) or 'no schema'}]")
     cfg = result["config"]
     placement = field(result, "config.placement", str) or "?"
     actors_on = cfg.get("actor_compute")  # the actors' backend, where it is not the learner's
@@ -182,11 +194,21 @@ def _render(result: dict[str, Any]) -> list[str]:
                  f"placement={placement}  transport={cfg.get('transport') if placement != 'local' else '-'}  "
                  f"policy={cfg.get('policy', 'single-learner')}  learners={cfg.get('learners', 1)}  "
                  f"actors={cfg.get('actors')}  seed={cfg.get('seed')}")
+    lines += _run_lines(result)
     group = field(result, "loop.learner_group", dict)
     if group:
-        lines.append(f"  learner group: {group['learners']} learners ({group['backend']}), parameters "
-                     f"{'identical' if group['parameters_identical'] else 'DIVERGED'} over {group['checked_updates']:,} "
-                     f"checked updates (largest relative spread {group['max_parameter_spread']:.1e})")
+        identical = group.get("parameters_identical")
+        if "digest_every" not in group:  # a result from before digests: checksums compared before each update
+            verdict = (f"{'identical' if identical else 'DIVERGED'} over {group.get('checked_updates', 0):,} "
+                       "checked updates")
+        else:
+            compared = f"digests compared {group['digests_compared']:,} times, every {group['digest_every']:,} updates"
+            verdict = (f"identical ({compared} and after the last, update {group['last_checked_update']:,})"
+                       if identical else
+                       f"not checked (a learner was lost before the parameters after the last update were compared; "
+                       f"before that, {compared}, all equal)" if identical is None else
+                       f"DIVERGED (digests differed after update {group.get('diverged_at_update')}; {compared})")
+        lines.append(f"  learner group: {group['learners']} learners ({group['backend']}), parameters {verdict}")
     study = field(result, "study", dict)
     if study:
         lines.append(f"  study {study.get('name')!r}, cell {study.get('cell')}")
@@ -299,7 +321,9 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
         returns = [point.get("return") if isinstance(point, dict) else None for point in tail]
         if any(not isinstance(r, (int, float)) or isinstance(r, bool) for r in returns):
             raise RlbenchError("field 'learning_curve' should hold objects with a numeric 'return'")
-        lines.append(f"  training episodes {len(curve)}; mean return of the last {len(tail)}: {sum(returns) / len(tail):.2f}")
+        counted = field(result, "returns", dict) or {}  # raw, or what the training environment counts (Atari's clipped)
+        lines.append(f"  training episodes {len(curve)}; mean return of the last {len(tail)}: {sum(returns) / len(tail):.2f}"
+                     + "".join(f"   returns: {name.replace('_', ' ')} {kind}" for name, kind in counted.items() if kind))
         steps, values = _curve_points(curve, "learning_curve")
         window = min(10, len(values))
         smoothed = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
@@ -321,8 +345,13 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
                  f"{_fmt(field(result, 'accounting.stored', int))} + dropped {_fmt(dropped)}"
                  + (f" {acc.get('dropped_by_cause')}" if dropped else ""))
     memory = field(result, "replay_stats", dict)
+    shards = _shard_memories(result)
+    if memory and shards:  # replay_stats is shard 0's memory: the run's is every shard's
+        memory = {**memory, **{key: sum(shard.get(key) or 0 for shard in shards.values())
+                               for key in ("size", "capacity", "overwritten")}}
     if memory:
-        line = f"  replay memory: {_fmt(memory.get('size'))} of {_fmt(memory.get('capacity'))} stored, " \
+        held = f" ({len(shards)} shards)" if shards else ""
+        line = f"  replay memory{held}: {_fmt(memory.get('size'))} of {_fmt(memory.get('capacity'))} stored, " \
                f"{_fmt(memory.get('overwritten'))} overwritten"
         if memory.get("prioritized"):
             line += f", prioritized (alpha {_fmt(memory.get('alpha'), 2)})"
@@ -332,6 +361,72 @@ def _outcome_lines(result: dict[str, Any]) -> list[str]:
                      f"({_fmt(frames.get('frame_bytes', 0) / 1e6, 1)} MB), {_fmt(frames.get('dedup_ratio'), 2)} "
                      f"references each ({_fmt(frames.get('frames'))} per stack)")
         lines.append(line)
+    for name, shard in (field(result, "loop.replay_shards", dict) or {}).items():
+        if not isinstance(shard, dict):
+            raise RlbenchError(f"field 'loop.replay_shards.{name}' should be an object, got {_short(shard)}")
+        own = shards.get(name, {})
+        by = shard.get("stored_by") if isinstance(shard.get("stored_by"), dict) else {}
+        limiter = shard.get("rate_limiter") if isinstance(shard.get("rate_limiter"), dict) else {}
+        lines.append(f"    shard {name}: {_fmt(shard.get('size'))} of {_fmt(own.get('capacity'))} stored, produced "
+                     f"{_fmt(shard.get('produced'))} (" + ", ".join(f"{actor} {_fmt(count)}" for actor, count in by.items())
+                     + f"), steady {_fmt(shard.get('steady_env_steps_per_s'))} env steps/s, samples per insert "
+                     f"{_fmt(limiter.get('samples_per_insert_achieved'))}")
+    lines += _checkpoint_lines(result)
+    return lines
+
+
+def _shard_memories(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each replay shard's memory figures (--replay-shards), {} for a run with one replay node."""
+    shards = field(result, "loop.replay_shards", dict) or {}
+    return {name: shard["memory"] for name, shard in shards.items()
+            if isinstance(shard, dict) and isinstance(shard.get("memory"), dict)}
+
+
+def _checkpoint_lines(result: dict[str, Any]) -> list[str]:
+    """The checkpoints this run wrote, the one it continued, and each actor replaced after it died."""
+    lines = []
+    written = field(result, "checkpoints", dict)
+    if written:
+        points = [point for point in field(result, "checkpoints.written", list) or [] if isinstance(point, dict)]
+        line = f"  checkpoints: {len(points)} written to {written.get('directory')} every {_fmt(written.get('every_s'), 2)} s"
+        if points:
+            slowest = max((p["seconds"] for p in points if isinstance(p.get("seconds"), (int, float))), default=None)
+            line += (f" (numbers {_fmt(points[0].get('number'))}..{_fmt(points[-1].get('number'))}), the last at env step "
+                     f"{_fmt(points[-1].get('env_steps'))} after {_fmt(points[-1].get('learner_updates'))} learner updates; "
+                     f"the slowest took {_fmt(slowest, 3)} s")
+        lines.append(line)
+    resumed = field(result, "resumed_from", dict)
+    if resumed:
+        lines.append(f"  resumed from {resumed.get('checkpoint')} in {resumed.get('directory')} (resume {_fmt(resumed.get('resumes'))}): "
+                     f"{_fmt(resumed.get('env_steps'))} env steps, {_fmt(resumed.get('stored'))} stored, "
+                     f"{_fmt(resumed.get('learner_updates'))} learner updates before this run")
+    for replaced in field(result, "loop.actor_incarnations", list) or []:
+        if not isinstance(replaced, dict):
+            raise RlbenchError(f"field 'loop.actor_incarnations' should hold objects, got {_short(replaced)}")
+        lines.append(f"  actor restarts: {replaced.get('died')} died ({replaced.get('why')}), replaced by "
+                     f"{replaced.get('replaced_by')} (slot {replaced.get('slot')})")
+    return lines
+
+
+def _run_lines(result: dict[str, Any]) -> list[str]:
+    """The rest of the run's configuration, its hyperparameters, components and the machine's fingerprint."""
+    cfg = result["config"]
+    shown = ("algo", "env", "replay", "compute", "actor_compute", "placement", "transport", "policy", "learners",
+             "actors", "seed", "hyperparameters")
+    lines = [f"  run: {_scalars({k: v for k, v in cfg.items() if k not in shown})}".rstrip()]
+    hp = field(result, "hyperparameters", dict) or {}
+    if hp:
+        lines.append("  hyperparameters: " + " ".join(f"{k}={v}" for k, v in hp.items()))
+    components = field(result, "components", dict) or {}
+    if components:
+        lines.append("  components: " + " ".join(
+            f"{kind}={c.get('name')}" + (f" [{c.get('plugin')}]" if c.get("plugin") not in (None, "builtin") else "")
+            for kind, c in components.items() if isinstance(c, dict)))
+    machine = field(result, "fingerprint", dict) or {}
+    packages = machine.get("packages") if isinstance(machine.get("packages"), dict) else {}
+    lines.append(f"  machine: {machine.get('hostname') or '?'}, {machine.get('cpu') or '?'} x{_fmt(machine.get('cores'))}, "
+                 f"{machine.get('os') or '?'}, python {machine.get('python') or '?'}"
+                 + "".join(f", {name} {version}" for name, version in packages.items()))
     return lines
 
 

@@ -133,6 +133,31 @@ def test_saturation_is_where_inserts_stop_growing_and_targets_follow_the_rows():
     assert not math.isnan(scale.saturation(rows)["node_cpu_us_per_insert"])
 
 
+def test_a_target_is_never_met_on_a_contended_row():
+    """Issue #41 item 7: 3.65x for shards at load 20 was "met" while the node it divided by got a
+    fraction of a core: a row measured on a contended machine is said, not judged."""
+    quiet, busy = {"contended": False}, {"contended": True, "each_had_a_core": False, "busy_processes": 20, "cores": 2}
+
+    def judged(one_node_machine, two_shards_machine):
+        one_node = [dict(_row(64, 40000, 1900), machine=one_node_machine)]
+        two_shards = [dict(_row(64, 80000, 1500), machine=two_shards_machine)]
+        phases = [{"shards": 1, "rows": one_node, "saturation": scale.saturation(one_node)},
+                  {"shards": 2, "rows": two_shards, "saturation": scale.saturation(two_shards)}]
+        results = {"transports": {"tcp": {"available": True, "cores": list(range(4)), "phases": phases}}}
+        results["targets"] = scale.judge(results)
+        return results["targets"], scale._verdict_lines(results)
+
+    targets, lines = judged(quiet, quiet)
+    assert [t["met"] for t in targets] == [True, True] and all(line.endswith("-> met") for line in lines)
+    for one_node_machine, two_shards_machine in ((busy, quiet), (quiet, busy)):
+        targets, lines = judged(one_node_machine, two_shards_machine)
+        assert targets[1]["met"] is None and "2.00x" in targets[1]["measured"]  # the figure is still said
+        assert lines[1].endswith("-> contended, not judged") and "met" not in lines[1].rsplit("->", 1)[1]
+    assert targets[0]["met"] is True  # the one node's own row was quiet: its target stands
+    targets, lines = judged(busy, quiet)
+    assert targets[0]["met"] is None and lines[0].endswith("-> contended, not judged")
+
+
 def test_cores_are_planned_one_per_node_and_the_rest_for_clients():
     nodes, clients, words = scale.core_plan([0, 1, 2, 3], 2, pin=True)
     assert nodes == [{0}, {1}] and clients == {2, 3} and "share" not in words

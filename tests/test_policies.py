@@ -52,8 +52,11 @@ def _batches(name: str, spec) -> list[dict[str, np.ndarray]]:
     return batches
 
 
-def _train(name: str, rank: int, world: int, rendezvous: str, announced, results) -> None:
-    """A learner process of a group (world > 1) or alone (world 1): UPDATES updates on its share."""
+def _train(name: str, rank: int, world: int, rendezvous: str, announced, results, faster_last_update=False) -> None:
+    """A learner process of a group (world > 1) or alone (world 1): UPDATES updates on its share, then
+    the end of the run as a learner sees it (END: its agreement says so). faster_last_update: this
+    learner's optimizer steps with twice the learning rate in the last update (its parameters diverge
+    there, after the gradients were averaged)."""
     import torch
 
     from rlbench.builtin.compute_cpu import CpuCompute
@@ -71,12 +74,19 @@ def _train(name: str, rank: int, world: int, rendezvous: str, announced, results
         group = DataParallel().learner_group(rank, world, rendezvous, "127.0.0.1", announced.put)
         group.attach(learner)
     share = GLOBAL_BATCH // world
-    for batch in _batches(name, spec):
+    for number, batch in enumerate(_batches(name, spec), start=1):
         part = {key: value[rank * share:(rank + 1) * share] for key, value in batch.items()}
         weights = part.pop("weights")
+        if faster_last_update and number == UPDATES:
+            for optimizer in (v for v in vars(learner).values() if isinstance(v, torch.optim.Optimizer)):
+                for param_group in optimizer.param_groups:
+                    param_group["lr"] *= 2
         if group is not None:
             group.begin_step(alive=True)
         learner.update(Sample(np.arange(share), part, weights))
+    if group is not None:  # the replay node's END, as learner_main takes it
+        group.begin_step(alive=False)
+        group.leave()
     parameters = [w.copy() for w in learner.weights()]
     report = group.report() if group is not None else None
     if group is not None:
@@ -103,7 +113,9 @@ def test_two_data_parallel_learners_on_the_same_samples_hold_one_learners_parame
     group = [(p, report) for rank, p, report in got if report is not None]
     assert len(group) == 2
     for parameters, report in group:
-        assert report["parameters_identical"] and report["checked_updates"] == UPDATES  # before each update
+        # compared after the last update too, not only before each one
+        assert report["parameters_identical"] is True and report["last_checked_update"] == UPDATES
+        assert report["digests_compared"] >= 2  # one before the first update (the broadcast), one after the last
         for theirs, ours in zip(single, parameters):
             np.testing.assert_allclose(ours, theirs, rtol=RTOL, atol=ATOL)
     for a, b in zip(group[0][0], group[1][0]):  # the two learners of the group: the same, bit for bit
@@ -111,6 +123,24 @@ def test_two_data_parallel_learners_on_the_same_samples_hold_one_learners_parame
     # and the updates moved the parameters far beyond the tolerance (so the comparison means something)
     _, spec = _algorithm_and_spec(name)
     assert group[0][1]["collectives"] > UPDATES
+
+
+def test_parameters_that_diverge_in_the_last_update_are_reported_diverged():
+    context = multiprocessing.get_context("spawn")
+    announced, results = context.Queue(), context.Queue()
+    first = context.Process(target=_train, args=("dqn", 0, 2, "", announced, results))
+    first.start()
+    rendezvous = announced.get(timeout=60)
+    second = context.Process(target=_train, args=("dqn", 1, 2, rendezvous, announced, results, True))
+    second.start()
+    got = [results.get(timeout=120) for _ in range(2)]
+    for process in (first, second):
+        process.join(30)
+        assert process.exitcode == 0
+    (_, ours, ours_report), (_, theirs, theirs_report) = sorted(got, key=lambda item: item[0])
+    assert any(not np.array_equal(a, b) for a, b in zip(ours, theirs))  # the injection did make them differ
+    for report in (ours_report, theirs_report):
+        assert report["parameters_identical"] is False and report["last_checked_update"] == UPDATES
 
 
 # ----------------------------------------------------------------------------------- whole runs
@@ -132,7 +162,8 @@ def test_dqn_learns_cartpole_with_two_data_parallel_learners():
                                                           "target_update_every": 125}))
     assert result["status"] == "complete" and result["accounting"]["balanced"]
     group = result["loop"]["learner_group"]
-    assert group["learners"] == 2 and group["parameters_identical"] and group["checked_updates"] > 1000
+    assert group["learners"] == 2 and group["parameters_identical"] is True
+    assert group["last_checked_update"] == result["throughput"]["updates"] > 1000
     assert_training_reaches(result["learning_curve"], 120.0, 20)
 
 
@@ -151,6 +182,12 @@ def test_a_learner_of_the_group_lost_mid_run_stops_the_run_in_order():
     assert result["status"] == "incomplete" and "learner-1 died" in result["status_reason"]
     assert result["accounting"]["balanced"]
     assert time.monotonic() - started < 120  # no learner left waiting in a collective
+    # the lost learner's parameters after its last update were never compared: neither identical nor diverged
+    group = result["loop"]["learner_group"]
+    assert group["learners"] == 2 and group["parameters_identical"] is None and group["last_checked_update"] is None
+    from rlbench.results import render
+
+    assert "learner group: 2 learners (gloo), parameters not checked" in render(result)
 
 
 # -------------------------------------------------------------------------------- refusals, kit
@@ -181,6 +218,11 @@ def test_the_cli_runs_data_parallel_beside_its_replay_node_and_shows_the_group(t
     assert done.returncode == 0, done.stderr
     assert "placement=server" in done.stdout and "policy=data-parallel  learners=2" in done.stdout
     assert "learner group: 2 learners (gloo), parameters identical" in done.stdout
+    import json
+
+    result = json.loads(next(tmp_path.glob("*.json")).read_text())
+    group = result["loop"]["learner_group"]
+    assert group["parameters_identical"] is True and group["last_checked_update"] == result["throughput"]["updates"] > 0
 
 
 POLICY_PLUGIN = """

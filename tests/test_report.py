@@ -237,12 +237,23 @@ def test_show_refuses_what_is_not_a_readable_result_in_one_line(distributed_resu
 
 def test_render_never_raises_anything_but_a_one_line_error(distributed_result):
     """Every field of a real result replaced by values of other types: a rendering or an RlbenchError."""
+    _fuzz_render(json.loads(distributed_result.read_text()))
+
+
+def test_render_of_shards_and_checkpoints_never_raises_anything_but_a_one_line_error(sharded_result):
+    data = json.loads(json.dumps(sharded_result))
+    data["loop"]["actor_incarnations"] = [{"slot": "actor-0", "died": "actor-0", "why": "killed", "replaced_by": "actor-3"}]
+    data["resumed_from"] = {"checkpoint": "ckpt-000001", "directory": "d", "env_steps": 1, "stored": 1, "resumes": 1}
+    _fuzz_render(data, within=("loop.replay_shards", "loop.actor_incarnations", "checkpoints", "resumed_from"))
+
+
+def _fuzz_render(base: dict, within: tuple[str, ...] = ()) -> None:
+    """Each field (or each under `within`'s dotted prefixes) replaced by values of other types."""
     import copy
 
     from rlbench.errors import RlbenchError
     from rlbench.results import check, render
 
-    base = json.loads(distributed_result.read_text())
     paths: list[list] = []
 
     def walk(value, path):
@@ -256,8 +267,9 @@ def test_render_never_raises_anything_but_a_one_line_error(distributed_result):
 
     walk(base, [])
     for path in paths[1:]:
-        if path[0] in ("latency_histograms", "fingerprint", "hyperparameters"):
-            continue  # not rendered
+        dotted = ".".join(map(str, path))
+        if path[0] == "latency_histograms" or within and not dotted.startswith(within):
+            continue  # not rendered (the latency table is its summary), or not what this test is for
         for replacement in ("x", 7, None, [1], {"a": 1}, True):
             data = copy.deepcopy(base)
             parent = data
@@ -276,3 +288,95 @@ def test_study_commands_import_nothing_heavy():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# -- rlbench show prints all the result holds (issue #41 item 2) ---------------------------------------------
+@pytest.fixture(scope="module")
+def sharded_result(tmp_path_factory):
+    """A distributed run over two replay shards that writes checkpoints: the fields a plain run leaves empty."""
+    where = tmp_path_factory.mktemp("sharded")
+    done = run_cli("run", "--placement", "server", "--transport", "tcp", "--actors", "3", "--replay-shards", "2",
+                   "--steps", "2000", "--eval-episodes", "1", "--hp", "learning_starts=200", "--hp", "batch_size=32",
+                   "--checkpoint-every", "0.3", "--checkpoint-dir", str(where / "ckpt"), "--out", str(where / "run.json"),
+                   env_extra={"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    return json.loads((where / "run.json").read_text())
+
+
+def _printed_of(result: dict) -> dict[str, list[str]]:
+    """For each top-level field of a result, text `show` prints only where it prints that field's values."""
+    config, fingerprint, curve = result["config"], result["fingerprint"], result["learning_curve"]
+    shards, written = result["loop"]["replay_shards"], result["checkpoints"]["written"]
+    on_header = ("algo", "env", "actor_compute")
+    return {
+        "schema": [result["schema"]],
+        "rlbench_version": [result["rlbench_version"]],
+        "status": [result["status"].upper()],
+        "status_reason": [str(result["status_reason"])],
+        "stop_signal": [str(result["stop_signal"])],
+        "notes": [f"note: {note}" for note in result["notes"]],
+        "config": [f"{config['algo']} on {config['env']}"]
+        + [f"{key}={value}" for key, value in config.items()
+           if key not in on_header and value is not None and not isinstance(value, (dict, list))],
+        "hyperparameters": [f"{key}={value}" for key, value in result["hyperparameters"].items()
+                            if not isinstance(value, (dict, list))],
+        "components": [f"{kind}={component['name']}" for kind, component in result["components"].items()],
+        "fingerprint": [fingerprint["hostname"], fingerprint["cpu"], f"python {fingerprint['python']}"]
+        + [f"{package} {version}" for package, version in fingerprint["packages"].items()],
+        "timing": [f"wall {result['timing']['wall_s']:,.1f} s"],
+        "throughput": [f"env steps {result['throughput']['env_steps']:,}"],
+        "machine_state": [f"busy_processes={result['machine_state']['busy_processes']}"],
+        "latency": list(result["latency"]),
+        "latency_histograms": list(result["latency_histograms"]),
+        "counters": [f"{name}={value:,}" for name, value in result["counters"].items()],
+        "learning_curve": [f"training episodes {len(curve)}", f"steps {curve[0]['step']:,}"],
+        "evaluation": [f"greedy evaluation over {result['evaluation']['episodes']} episodes"],
+        "returns": [f"learning curve {result['returns']['learning_curve']}"],
+        "evaluation_curve": ["evaluation curve"],
+        "energy": [f"energy ({meter})" for meter in result["energy"]],
+        "accounting": [f"transitions produced {result['accounting']['produced']:,}"],
+        "loop": [f"{sum(s['size'] for s in shards.values()):,} of "
+                 f"{sum(s['memory']['capacity'] for s in shards.values()):,} stored"]
+        + [f"shard {name}: {shard['size']:,} of {shard['memory']['capacity']:,} stored" for name, shard in shards.items()],
+        "bookkeeping_share": [f"{result['bookkeeping_share']:.1%}"],
+        "modelled": [f"modelled, not measured ({label})" for label in result["modelled"]],
+        "replay_stats": [f"{result['replay_stats']['capacity']:,}"],
+        "checkpoints": [f"checkpoints: {len(written)} written to {result['checkpoints']['directory']}",
+                        f"the last at env step {written[-1]['env_steps']:,}"],
+        "resumed_from": ["resumed from"],
+        "path": [f"result: {result.get('path')}"],
+    }
+
+
+def test_show_prints_every_top_level_field_a_distributed_result_holds(sharded_result):
+    from rlbench.results import render
+
+    printed = _printed_of(sharded_result)
+    assert set(sharded_result) <= set(printed), f"fields nobody checks show prints: {set(sharded_result) - set(printed)}"
+    text = render(sharded_result)
+    held = [name for name, value in sharded_result.items() if value not in (None, {}, [], "")]
+    missing = {name: [part for part in printed[name] if part not in text] for name in held}
+    assert not any(missing.values()), {name: parts for name, parts in missing.items() if parts}
+
+
+def test_show_prints_each_shard_what_a_resumed_run_continued_and_each_actor_replaced(sharded_result):
+    """Shard 0's memory is not the run's: a 2-shard run's `replay memory` line sums the shards, each
+    shard has its own; a resumed run's checkpoint and an actor's incarnations, as the driver writes them."""
+    from rlbench.results import render
+
+    data = json.loads(json.dumps(sharded_result))
+    shards = data["loop"]["replay_shards"]
+    assert len(shards) == 2 and data["replay_stats"]["size"] == shards["replay"]["size"] < data["accounting"]["stored"]
+    data["resumed_from"] = {"checkpoint": "ckpt-000007", "directory": "/runs/ckpt", "env_steps": 11_136, "stored": 11_000,
+                            "learner_updates": 5_432, "written_at": 1.7e9, "stored_by": {"actor-0": 11_000}, "resumes": 2}
+    data["loop"]["actor_incarnations"] = [{"slot": "actor-0", "died": "actor-0", "why": "exit code -9 (SIGKILL)",
+                                           "replaced_by": "actor-3"}]
+    text = render(data)
+    stored = sum(shard["size"] for shard in shards.values())
+    assert re.search(rf"replay memory \(2 shards\): {stored:,} of [\d,]+ stored", text), text
+    for name, shard in shards.items():
+        by = ", ".join(f"{actor} {count:,}" for actor, count in shard["stored_by"].items())
+        assert f"shard {name}: {shard['size']:,} of {shard['memory']['capacity']:,} stored" in text and by in text
+    assert "resumed from ckpt-000007 in /runs/ckpt (resume 2): 11,136 env steps, 11,000 stored, 5,432 learner updates" \
+        " before this run" in text, text
+    assert "actor restarts: actor-0 died (exit code -9 (SIGKILL)), replaced by actor-3" in text, text

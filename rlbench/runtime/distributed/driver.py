@@ -323,11 +323,19 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_reports: list[dict[str, An
                       samples=sum(r.get("samples", 0) for r in learner_reports))
     groups = [r["group"] for r in learner_reports if "group" in r]
     if groups:  # several learners: whether they stayed identical is measured, not assumed
+        verdicts = [g["parameters_identical"] for g in groups]
+        world = groups[0]["world"]
+        # a learner that never reported (lost) had its last parameters compared by no one: not checked, unless
+        # the others already saw a difference
+        identical = False if False in verdicts else (True if len(groups) == world and all(verdicts) else None)
+        checked_at = [g["last_checked_update"] for g in groups]
         stats.extra["learner_group"] = {
-            "learners": len(groups), "backend": groups[0]["backend"],
-            "parameters_identical": all(g["parameters_identical"] for g in groups),
-            "max_parameter_spread": max(g["max_parameter_spread"] for g in groups),
-            "checked_updates": min(g["checked_updates"] for g in groups),
+            "learners": world, "reported": len(groups), "backend": groups[0]["backend"],
+            "parameters_identical": identical, "digest_every": groups[0]["digest_every"],
+            "digests_compared": min(g["digests_compared"] for g in groups),
+            "last_checked_update": min(checked_at) if identical is not None and None not in checked_at else None,
+            "diverged_at_update": min((g["diverged_at_update"] for g in groups if g["diverged_at_update"] is not None),
+                                      default=None),
             "allreduce_s": {r["role"]: r["group"]["allreduce_s"] + r["group"]["agreement_wait_s"] for r in learner_reports
                             if "group" in r}}
     if node_report:
