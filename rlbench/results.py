@@ -182,9 +182,9 @@ def _render(result: dict[str, Any]) -> list[str]:
     if field(result, "status_reason", str):
         head += f" ({result['status_reason']})"
     stop_signal = field(result, "stop_signal", int)  # the signal's number (runner.py)
-    if stop_signal:
+    if stop_signal and _signal_name(stop_signal) not in head:  # the reason usually names it already
         head += f", stopped by {_signal_name(stop_signal)}"
-    lines.append(head + f"   [{field(result, 'schema', str) or 'no schema'}]")
+    lines.append(head)
     cfg = result["config"]
     placement = field(result, "config.placement", str) or "?"
     actors_on = cfg.get("actor_compute")  # the actors' backend, where it is not the learner's
@@ -413,7 +413,8 @@ def _run_lines(result: dict[str, Any]) -> list[str]:
     cfg = result["config"]
     shown = ("algo", "env", "replay", "compute", "actor_compute", "placement", "transport", "policy", "learners",
              "actors", "seed", "hyperparameters")
-    lines = [f"  run: {_scalars({k: v for k, v in cfg.items() if k not in shown})}".rstrip()]
+    schema = field(result, "schema", str) or "no schema"
+    lines = [f"  run: {_scalars({k: v for k, v in cfg.items() if k not in shown})}   [{schema}]"]
     hp = field(result, "hyperparameters", dict) or {}
     if hp:
         lines.append("  hyperparameters: " + " ".join(f"{k}={v}" for k, v in hp.items()))
