@@ -97,6 +97,43 @@ def test_tcp_prefix_claiming_512_mib_costs_only_what_was_sent_and_others_are_ser
         listener.close()
 
 
+def test_tcp_a_message_after_a_mass_departure_waits_for_one_look_not_for_the_crowd():
+    """600 peers leave at once, then an honest peer sends: the listener's next recv hands out its
+    message while most of the departed are still to be closed (one look takes a bounded slice of
+    the hung-up sockets, and every one with bytes to read); the next looks close the rest."""
+    from rlbench.builtin.transports.tcp import _HANG_UPS_PER_LOOK
+
+    crowd = 600
+    listener = TcpTransport().listen()
+    honest = TcpTransport().connect(listener.address, timeout=5)
+    leaving = []
+    try:
+        still_serves(listener, honest, b"warm-up")
+        for _ in range(crowd):
+            leaving.append(socket.create_connection(host_port(listener.address)))
+            listener.recv(0)
+        deadline = time.monotonic() + 10
+        while len(listener.peers) < crowd + 1 and time.monotonic() < deadline:
+            listener.recv(0.01)
+        assert len(listener.peers) == crowd + 1
+        for sock in leaving:
+            sock.close()
+        time.sleep(0.2)  # every departure is ready before the honest message comes
+        honest.send(b"after the crowd")
+        time.sleep(0.05)
+        got = listener.recv(1.0)
+        assert got is not None and bytes(got[1]) == b"after the crowd"
+        assert len(listener.peers) > crowd + 1 - 2 * _HANG_UPS_PER_LOOK  # the crowd was not all handled first
+        while len(listener.peers) > 1 and time.monotonic() < deadline:
+            listener.recv(0.0)
+        assert listener.peers == [got[0]]
+    finally:
+        for sock in leaving:
+            sock.close()
+        honest.close()
+        listener.close()
+
+
 def test_tcp_prefix_over_the_limit_is_refused_and_the_peer_dropped():
     listener = TcpTransport(max_message_bytes=MiB).listen()
     liar = socket.create_connection(host_port(listener.address))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import select
 import selectors
 import socket
 import struct
@@ -46,6 +47,8 @@ _LARGE = 1 << 16  # bodies at least this big are received straight into their ow
 _FIRST_BODY = 1 << 20  # a large body's first buffer holds this much (or the whole body, if smaller)
 _GROWTH = 4  # a full body buffer grows to this many times what it holds (up to the claimed length)
 _SELECT_EVERY = 32  # messages a listener hands out between looks for newly arrived ones
+_HANG_UPS_PER_LOOK = 256  # departed peers a listener closes per look (the rest wait for the next)
+READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
 
 def _tune(sock: socket.socket) -> None:
@@ -203,6 +206,69 @@ class TcpConnection(RequestReply):
             self._sock.close()
 
 
+class _Poller:
+    """A listener's sockets, level-triggered, each with the peer it stands for (None: the listening
+    socket). `look` returns (peer, READ|WRITE) for every socket with bytes to read or room to write,
+    and for at most `budget` of those whose peer hung up (the oldest first), the rest staying ready
+    for the next look: closing a socket costs ~15 us, and a message that came during a mass departure
+    of 12,500 waited 160-270 ms behind it (the newest-first order does not help: the departures go on
+    arriving after it). epoll (EPOLLRDHUP tells a hang-up apart without reading) where the system has
+    it; elsewhere selectors, unbudgeted."""
+
+    if hasattr(select, "epoll"):
+        _HUNG_UP = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
+        # (a hang-up or an error of the whole socket reads as both: the read or the write finds out)
+        _READABLE = select.EPOLLIN | _HUNG_UP
+        _WRITABLE = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._epoll = select.epoll() if hasattr(select, "epoll") else None
+        self._selector = selectors.DefaultSelector() if self._epoll is None else None
+        self._peer_of: dict[int, int | None] = {}  # file descriptor -> peer
+
+    @staticmethod
+    def _epoll_mask(events: int) -> int:
+        return ((select.EPOLLIN | select.EPOLLRDHUP if events & READ else 0)
+                | (select.EPOLLOUT if events & WRITE else 0))
+
+    def register(self, sock: socket.socket, events: int, peer: int | None) -> None:
+        if self._epoll is not None:
+            self._epoll.register(sock.fileno(), self._epoll_mask(events))
+            self._peer_of[sock.fileno()] = peer
+        else:
+            self._selector.register(sock, events, peer)
+
+    def modify(self, sock: socket.socket, events: int) -> None:
+        if self._epoll is not None:
+            self._epoll.modify(sock.fileno(), self._epoll_mask(events))
+        else:
+            self._selector.modify(sock, events, self._selector.get_key(sock).data)
+
+    def unregister(self, sock: socket.socket) -> None:
+        if self._epoll is not None:
+            self._epoll.unregister(sock.fileno())
+            del self._peer_of[sock.fileno()]
+        else:
+            self._selector.unregister(sock)
+
+    def look(self, timeout: float | None) -> list[tuple[int | None, int]]:
+        if self._epoll is None:
+            return [(key.data, events) for key, events in self._selector.select(timeout)]
+        peer_of, hung_up, budget = self._peer_of, self._HUNG_UP, self._budget
+        events: list[tuple[int | None, int]] = []
+        for fd, mask in self._epoll.poll(-1 if timeout is None else timeout, max(len(peer_of), 1)):
+            if mask & hung_up:
+                if budget <= 0:
+                    continue
+                budget -= 1
+            events.append((peer_of[fd], (READ if mask & self._READABLE else 0) | (WRITE if mask & self._WRITABLE else 0)))
+        return events
+
+    def close(self) -> None:
+        (self._epoll or self._selector).close()
+
+
 class _Peer:
     __slots__ = ("sock", "reader", "outbox", "events")
 
@@ -210,7 +276,7 @@ class _Peer:
         self.sock = sock
         self.reader = _FrameReader(limit)
         self.outbox = Outbox()
-        self.events = selectors.EVENT_READ
+        self.events = READ
 
 
 class TcpListener:
@@ -231,8 +297,8 @@ class TcpListener:
         self._server = sock
         self._limit = limit
         self._max_queued = max_queued_bytes
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(sock, selectors.EVENT_READ, None)
+        self._poller = _Poller(_HANG_UPS_PER_LOOK)
+        self._poller.register(sock, READ, None)
         self._peers: dict[int, _Peer] = {}
         self._next_peer = itertools.count(1)
         self._turns: collections.deque[int] = collections.deque()  # peers with messages read, in turn
@@ -269,7 +335,7 @@ class TcpListener:
                 oldest = self._strangers.oldest()
                 if oldest is None:  # nothing to make room with: pause, or the loop spins on the readable socket
                     self._stats["accept_backoffs"] += 1
-                    self._selector.unregister(self._server)
+                    self._poller.unregister(self._server)
                     self._accepting_again = time.monotonic() + ACCEPT_BACKOFF_S
                     return
                 self._shed(oldest, "strangers_shed")  # its descriptor is free now: try again
@@ -277,7 +343,7 @@ class TcpListener:
         sock.setblocking(False)
         peer = next(self._next_peer)
         self._peers[peer] = _Peer(sock, self._limit)
-        self._selector.register(sock, selectors.EVENT_READ, peer)
+        self._poller.register(sock, READ, peer)
         crowded = self._strangers.join(peer)
         if crowded is not None:
             self._shed(crowded, "strangers_shed")
@@ -308,7 +374,7 @@ class TcpListener:
             self._stats["dropped_peers"] += 1
         if deliver:  # it left, or broke the framing: what came whole before is still delivered
             self._leftovers.extend((peer, message) for message in entry.reader.ready)
-        self._selector.unregister(entry.sock)
+        self._poller.unregister(entry.sock)
         entry.sock.close()
 
     def _read(self, peer: int) -> None:
@@ -339,18 +405,17 @@ class TcpListener:
             pause = self._accepting_again - time.monotonic()
             if pause <= 0:
                 self._accepting_again = 0.0
-                self._selector.register(self._server, selectors.EVENT_READ, None)
+                self._poller.register(self._server, READ, None)
             elif timeout is None or timeout > pause:
                 timeout = pause
-        events = self._selector.select(timeout)
-        for key, mask in events:
-            peer = key.data
+        events = self._poller.look(timeout)
+        for peer, mask in events:
             if peer is None:
                 self._accept()
                 continue
-            if mask & selectors.EVENT_WRITE and peer in self._peers:
+            if mask & WRITE and peer in self._peers:
                 self._flush(peer)
-            if mask & selectors.EVENT_READ and peer in self._peers and not self._peers[peer].reader.ready:
+            if mask & READ and peer in self._peers and not self._peers[peer].reader.ready:
                 self._read(peer)
         if self._strangers:
             self._shed_late_strangers()
@@ -367,8 +432,9 @@ class TcpListener:
             if self._leftovers:
                 return self._deliver(*self._leftovers.popleft())
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._select(remaining) and remaining is not None and remaining <= 0:
-                return None
+            self._select(remaining)
+            if remaining is not None and remaining <= 0 and not turns and not self._leftovers:
+                return None  # one look when the time is up, however many sockets it found busy
         while True:
             peer = turns.popleft()
             entry = self._peers.get(peer)
@@ -412,7 +478,7 @@ class TcpListener:
                 raise SlowConsumerError(f"tcp: peer {peer} was dropped: it did not read what was sent to it "
                                         f"({entry.outbox.queued} bytes waiting, max_queued_bytes={self._max_queued})")
             entry.outbox.push(rest)
-            self._want(peer, entry, selectors.EVENT_READ | selectors.EVENT_WRITE)
+            self._want(peer, entry, READ | WRITE)
         self._stats["messages_sent"] += 1
         self._stats["bytes_sent"] += total
 
@@ -431,12 +497,12 @@ class TcpListener:
             self._close(peer, None, deliver=True)
             return
         if emptied:
-            self._want(peer, entry, selectors.EVENT_READ)
+            self._want(peer, entry, READ)
 
     def _want(self, peer: int, entry: _Peer, events: int) -> None:
         if entry.events != events:
             entry.events = events
-            self._selector.modify(entry.sock, events, peer)
+            self._poller.modify(entry.sock, events)
 
     @property
     def peers(self) -> list[int]:
@@ -452,7 +518,7 @@ class TcpListener:
         self._closed = True
         for peer in list(self._peers):
             self.drop(peer)
-        self._selector.close()
+        self._poller.close()
         self._server.close()
 
 
