@@ -209,6 +209,11 @@ def _render(result: dict[str, Any]) -> list[str]:
                        f"before that, {compared}, all equal)" if identical is None else
                        f"DIVERGED (digests differed after update {group.get('diverged_at_update')}; {compared})")
         lines.append(f"  learner group: {group['learners']} learners ({group['backend']}), parameters {verdict}")
+        moved = group.get("collective_bytes") if isinstance(group.get("collective_bytes"), dict) else {}
+        if moved:  # on each learner's link beside the replay traffic the roles' table shows
+            lines.append("    collectives on each learner's link: " + ", ".join(
+                f"{name} {_fmt(b.get('sent', 0) / 1e6, 1)} MB out / {_fmt(b.get('received', 0) / 1e6, 1)} MB in"
+                for name, b in sorted(moved.items()) if isinstance(b, dict)) + f" ({group.get('collective_bytes_basis')})")
     study = field(result, "study", dict)
     if study:
         lines.append(f"  study {study.get('name')!r}, cell {study.get('cell')}")
@@ -538,6 +543,9 @@ def _role_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"    {name:<12} {str(role.get('host') or '-'):<14} {_fmt(wall, 2):>7} {_fmt(cpu, 2):>7} {_fmt(util, 2):>9} "
                      f"{_fmt(link.get('messages_sent')):>10} {_fmt(link.get('messages_received')):>10} "
                      f"{_fmt(mb_out, 2):>10} {_fmt(mb_in, 2):>10}  {stale_text}{lost}")
+    for name, role in roles.items():  # an actor that joined a resumed or running run went on from its step
+        if isinstance(role.get("started_at_step"), int) and role["started_at_step"] > 0:
+            lines.append(f"    {name}: started at env step {role['started_at_step']:,} (the run's step when it joined)")
     for name, role in roles.items():  # a replay node's descriptor limit and who it kept out before they authenticated
         limit = role.get("descriptors")
         if isinstance(limit, dict) and limit:

@@ -181,6 +181,11 @@ def test_a_run_sigkilled_mid_way_resumes_from_its_checkpoint_and_finishes_with_e
     # the budget, and at most what each actor had in flight and its last chunk past it
     assert steps <= accounting["produced"] <= steps + 2 * 2 * 128
     assert resumed["env_steps"] + result["throughput"]["env_steps"] == accounting["produced"]
+    # the actors go on from the checkpoint's step: exploration (epsilon_at of that step) and the curve
+    roles = result["loop"]["roles"]
+    started = [roles[f"actor-{index}"]["started_at_step"] for index in range(2)]
+    assert all(resumed["env_steps"] <= step <= resumed["env_steps"] + 2 * 128 for step in started), started
+    assert result["learning_curve"] and min(point["step"] for point in result["learning_curve"]) > resumed["env_steps"]
     learner = result["loop"]["roles"]["learner"]
     assert learner["updates_total"] == resumed["learner_updates"] + learner["updates"]
     assert result["config"]["steps"] == steps and result["config"]["actors"] == 2  # the run as it was configured

@@ -123,6 +123,15 @@ def test_two_data_parallel_learners_on_the_same_samples_hold_one_learners_parame
     # and the updates moved the parameters far beyond the tolerance (so the comparison means something)
     _, spec = _algorithm_and_spec(name)
     assert group[0][1]["collectives"] > UPDATES
+    # the collectives' bytes on each link (issue #41: the result showed the replay traffic only): every
+    # update's averaged gradients, at least, each way (a ring over 2 learners moves the whole tensor)
+    gradients = sum(p.nbytes for p in single)  # the policy's parameters (DDPG's critic trains too)
+    for _, report in group:
+        moved = report["collective_bytes"]
+        assert moved["sent"] >= UPDATES * gradients and moved["received"] >= UPDATES * gradients, (moved, gradients)
+        if name == "dqn":  # its policy is all it trains: + the start's broadcast, agreements and digests
+            assert moved["sent"] + moved["received"] < 2 * (UPDATES + 1) * gradients + 4096, (moved, gradients)
+        assert report["collective_bytes_basis"].startswith("modelled")
 
 
 def test_parameters_that_diverge_in_the_last_update_are_reported_diverged():
@@ -190,6 +199,24 @@ def test_a_learner_of_the_group_lost_mid_run_stops_the_run_in_order():
     assert "learner group: 2 learners (gloo), parameters not checked" in render(result)
 
 
+def test_a_learner_whose_node_was_lost_is_named_not_the_one_that_noticed():
+    """A learner's Ray node killed: Ray says its actor is alive for its health checks' time, while the
+    group's other learner leaves with exit code 0 and 'lost a learner of its group'. The headline names
+    the learner that never reported (it said 'learner-0 stopped before the run was over (exit code 0)')."""
+    from rlbench.runtime.distributed.driver import _learner_left_early
+
+    noticed = ("ok", {"role": "learner-0", "lost": "lost a learner of its group: RuntimeError: Connection closed by peer"})
+    group = ["learner", "learner-1"]
+    assert _learner_left_early("learner", group, {"learner": noticed}) == \
+        "learner-1 of the data-parallel group was lost (learner lost a learner of its group: RuntimeError: " \
+        "Connection closed by peer)"
+    assert _learner_left_early("learner", group, {"learner": noticed, "learner-1": ("error", "killed by the launcher")}) \
+        .startswith("learner-1 of the data-parallel group was lost")
+    plain = ("ok", {"role": "learner", "lost": ""})  # left early for no reason it knows: said as it is
+    assert _learner_left_early("learner", group, {"learner": plain, "learner-1": plain}) == \
+        "learner stopped before the run was over (exit code 0)"
+
+
 # -------------------------------------------------------------------------------- refusals, kit
 @pytest.mark.parametrize("name", ["single-learner", "data-parallel", "device"])
 def test_every_built_in_policy_passes_the_kit(name):
@@ -223,6 +250,9 @@ def test_the_cli_runs_data_parallel_beside_its_replay_node_and_shows_the_group(t
     result = json.loads(next(tmp_path.glob("*.json")).read_text())
     group = result["loop"]["learner_group"]
     assert group["parameters_identical"] is True and group["last_checked_update"] == result["throughput"]["updates"] > 0
+    assert set(group["collective_bytes"]) == {"learner", "learner-1"}
+    assert all(moved["sent"] > 0 and moved["received"] > 0 for moved in group["collective_bytes"].values())
+    assert "collectives on each learner's link: learner " in done.stdout and "(modelled: a ring all-reduce" in done.stdout
 
 
 POLICY_PLUGIN = """

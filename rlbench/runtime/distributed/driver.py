@@ -79,6 +79,8 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
     failures: list[str] = []
     incarnations: list[dict[str, Any]] = []  # actors replaced after they died (--actor-restarts)
     stop_reason = ""
+    left_early = None  # a learner that left with exit code 0 before the run was over (its group lost one)
+    at_once = False
     shards = config.replay_shards
     final_weights, weights_version = None, -1
     node_reports: list[dict[str, Any] | None] = [None] * shards
@@ -144,6 +146,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
             if stopped is not None:  # before the run is over: nothing would sample, the actors would stall
                 stop_reason = (f"{stopped.name} died ({launcher.failure_of(stopped)})" if stopped.exitcode != 0
                                else f"{stopped.name} stopped before the run was over (exit code 0)")
+                left_early = stopped.name if stopped.exitcode == 0 else None
                 break
             for actor in list(actors):
                 if not actor.alive() and actor.exitcode != 0 and actor.name not in reported_dead:
@@ -189,11 +192,16 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 stop_reason = stop_reason or _lost_node(launcher, nodes[shard], exc)
     except RoleFailedError as exc:
         stop_reason = one_line(exc)
+    except KeyboardInterrupt:  # a second stop signal (runner.SignalInterrupt): at once, no grace for the roles
+        at_once = True
+        raise
     finally:
         for control in controls:
             control.close()
-        launcher.stop_all()
+        launcher.stop_all(grace=0.0 if at_once else GRACE_S)
     outcomes = launcher.collect()
+    if left_early is not None:
+        stop_reason = _learner_left_early(left_early, [learner.name for learner in learners], outcomes)
     where = launcher.describe()
     launcher.close()
     for shard in range(shards):
@@ -258,6 +266,21 @@ def _resumed(shard_reports: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     return {**resumed[0], "env_steps": sum(r["env_steps"] for r in resumed),
             "stored": sum(r["stored"] for r in resumed)}
+
+
+def _learner_left_early(name: str, group: list[str], outcomes: dict[str, tuple[str, Any]]) -> str:
+    """Why a learner left before the run was over with exit code 0. When its data-parallel group lost a
+    learner (its report says so), the headline names the one that was lost: the learner that never
+    reported. A learner whose Ray node died is still alive to Ray for its health checks' time after its
+    group noticed, so the first learner seen to stop is the survivor, not the cause."""
+    status, report = outcomes.get(name, ("", None))
+    lost = report.get("lost") if status == "ok" and isinstance(report, dict) else ""
+    if not lost:
+        return f"{name} stopped before the run was over (exit code 0)"
+    gone = [other for other in group if other != name and outcomes.get(other, ("", None))[0] != "ok"]
+    if not gone:
+        return f"{name} {lost}"
+    return f"{', '.join(gone)} of the data-parallel group {'was' if len(gone) == 1 else 'were'} lost ({name} {lost})"
 
 
 def _node_name(node: RoleHandle) -> str:
@@ -337,7 +360,11 @@ def _merge(outcomes: dict[str, tuple[str, Any]], node_reports: list[dict[str, An
             "diverged_at_update": min((g["diverged_at_update"] for g in groups if g["diverged_at_update"] is not None),
                                       default=None),
             "allreduce_s": {r["role"]: r["group"]["allreduce_s"] + r["group"]["agreement_wait_s"] for r in learner_reports
-                            if "group" in r}}
+                            if "group" in r},
+            # what the collectives put on each learner's link, beside the replay traffic `links` holds
+            "collective_bytes": {r["role"]: r["group"]["collective_bytes"] for r in learner_reports
+                                 if "collective_bytes" in r.get("group", {})},
+            "collective_bytes_basis": groups[0].get("collective_bytes_basis")}
     if node_report:
         shards = list(shard_reports.values())
         firsts = [r["first_insert_t"] for r in shards if r.get("first_insert_t") is not None]

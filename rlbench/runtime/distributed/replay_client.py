@@ -1,8 +1,9 @@
 """A replay memory that lives on a replay node: INSERT, SAMPLE, UPDATE_PRIORITIES and the weights
 (PUBLISH / FETCH) spoken over a `Channel`, one call per operation, each timed in the recorder.
 
-`feedback` holds the node's answer to the last INSERT (produced so far, the newest weights version,
-the learner's updates, whether the run is over): what an actor paces itself by. `step` is the env
+`feedback` holds the node's answer to the last INSERT or STATUS (produced so far, the newest weights
+version, the learner's updates, whether the run is over): what an actor paces itself by; an actor
+asks `status()` before its first step, so one that joins a resumed or running run starts at its step. `step` is the env
 step the last batch was drawn at (for annealing beta). An image run's actor's client (`frames=k`,
 transitions.frames_of of its spec) sends each INSERT's distinct frames once (messages.py, "Frames").
 
@@ -115,6 +116,15 @@ class ReplayClient:
         feedback["learner_updates"] = int(reply["learner_updates"])
         self.finished = bool(int(reply["finished"]))
         feedback["finished"] = int(self.finished)
+
+    def status(self) -> dict[str, Any]:
+        """The node's STATE (messages.state_of), also taken into `feedback`."""
+        state = messages.state_of(self.channel.request(Op.STATUS)[1])
+        for name in ("produced", "params_version", "learner_updates"):
+            self.feedback[name] = state[name]
+        self.finished = bool(state["finished"])
+        self.feedback["finished"] = int(self.finished)
+        return state
 
     def fetch_params(self, have_version: int) -> tuple[int, list[np.ndarray]] | None:
         """Weights newer than `have_version`, or None (then `finished` says whether the run is over)."""

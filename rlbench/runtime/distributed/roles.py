@@ -221,8 +221,12 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     lost = ""
     loop_t0 = time.perf_counter()
     cpu = CpuMeter()
-    steps = 0
+    steps = started_at_step = 0
     try:
+        # The run's step so far (0 unless it was resumed or this actor replaces one): exploration,
+        # the curve's steps and the schedules go on from there.
+        client.status()
+        started_at_step = int(feedback["produced"] * spec.step_scale)
         version = _fetch_weights(client, actor, version, wait=True)  # a node lost while we wait is lost like any other time
         while not client.finished:
             global_step = int((feedback["produced"] + produced - stored_sent) * spec.step_scale)
@@ -281,7 +285,8 @@ def actor_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     if produced > stored_sent:
         dropped["lost with the replay node (never acknowledged)" if lost else "never sent"] = produced - stored_sent
     report = {"role": f"actor-{spec.index}", "compute": _backend(actor_compute_of(config), compute),
-              "produced": produced, "sent": stored_sent, "dropped": dropped, "weights": client.weights_traffic,
+              "produced": produced, "started_at_step": started_at_step, "sent": stored_sent, "dropped": dropped,
+              "weights": client.weights_traffic,
               "weights_version": version, "curve": curve, "histograms": _histograms(recorder),
               "staleness": staleness.histograms["weights_staleness"].summary(unit="updates", scale=1)
               if "weights_staleness" in staleness.histograms else {"count": 0},

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.forkserver
 import os
 import platform
-import queue
 import sys
 import time
 from typing import Any, Callable, Iterator
@@ -43,6 +43,7 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+LAUNCHER_GONE_EXIT = 3  # a role whose launcher went away before it could say its outcome
 ROLE_SERVER_MODULE = "rlbench.runtime.launchers.role_server"  # what the fork server imports for every role
 
 
@@ -73,35 +74,48 @@ def _take_environment(environment: dict[str, str], cpus: float) -> None:
         torch.set_num_threads(threads)
 
 
-def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, environment: dict[str, str], results: Any,
-                announcements: Any) -> None:
+def _role_entry(function: Callable[..., Any] | str, spec: RoleSpec, environment: dict[str, str], said: Any) -> None:
+    """A role's process: it says its address (a node) and then its outcome on its own pipe to the
+    launcher. A launcher that is gone (killed, or stopped at once) hears nothing: the role just ends."""
     try:
         _take_environment(environment, spec.cpus)
-        report = run_role(function, spec, lambda address: announcements.put((spec.name, address)))
+        report = run_role(function, spec, lambda address: said.send(("address", address)))
+    except BrokenPipeError:  # the launcher is gone
+        raise SystemExit(LAUNCHER_GONE_EXIT) from None
     except BaseException as exc:
-        results.put((spec.role, spec.index, "error", one_line(f"{type(exc).__name__}: {exc}")))
+        _say(said, ("error", one_line(f"{type(exc).__name__}: {exc}")))
         raise SystemExit(1) from None
-    results.put((spec.role, spec.index, "ok", report))
+    _say(said, ("ok", report))
+
+
+def _say(said: Any, message: tuple[str, Any]) -> None:
+    try:
+        said.send(message)
+    except BrokenPipeError:
+        raise SystemExit(LAUNCHER_GONE_EXIT) from None
 
 
 class LocalLauncher:
-    """Each role a process on this machine, forked by the fork server (`role_context`)."""
+    """Each role a process on this machine, forked by the fork server (`role_context`). Each role says
+    its address and its outcome on a pipe of its own: no multiprocessing.Queue, whose named semaphores
+    (/dev/shm/sem.mp-*) a run killed with SIGKILL left behind."""
 
     def __init__(self, functions: dict[str, Callable[..., Any] | str] | None = None) -> None:
         self.functions = {**ROLE_FUNCTIONS, **(functions or {})}  # role -> function (or "module:function")
         self.context = role_context()
-        self.results = self.context.Queue()
-        self.announcements = self.context.Queue()  # (role name, address): roles may announce in any order
+        self.pipes: dict[Any, str] = {}  # the launcher's end of each running role's pipe -> role name
         self.announced: dict[str, str] = {}
         self.handles: list[RoleHandle] = []
         self.outcomes: dict[str, tuple[str, Any]] = {}
 
     def start(self, spec: RoleSpec) -> RoleHandle:
+        ours, theirs = self.context.Pipe(duplex=False)
         process = self.context.Process(target=_role_entry, name=f"rlbench-{spec.role}-{spec.index}", daemon=True,
                                        args=(self.functions[spec.role], spec,
-                                             {**os.environ, **thread_environment(spec.cpus)},
-                                             self.results, self.announcements))
+                                             {**os.environ, **thread_environment(spec.cpus)}, theirs))
         process.start()
+        theirs.close()  # the role holds the only writing end: its exit ends the pipe
+        self.pipes[ours] = spec.name
         handle = RoleHandle(spec.role, spec.index, process)
         self.handles.append(handle)
         return handle
@@ -111,28 +125,33 @@ class LocalLauncher:
         while time.monotonic() < deadline:
             if node.name in self.announced:
                 return self.announced.pop(node.name)
-            try:
-                name, address = self.announcements.get(timeout=POLL_S)
-                self.announced[name] = address
-            except queue.Empty:
-                if not node.alive():
-                    raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
+            self._drain(timeout=POLL_S)
+            if node.name not in self.announced and not node.alive():
+                raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
         raise RoleFailedError(f"{called(node)} did not start listening within 2 minutes")
 
     def _drain(self, timeout: float) -> None:
-        """Read finished roles' outcomes. Roles block on a large report until it is read, so the
-        launcher reads while it waits for them (joining without reading deadlocks, and terminating a
-        role mid-write would leave half a message in the pipe)."""
-        try:
-            role, index, status, payload = self.results.get(timeout=timeout)
-        except queue.Empty:
-            return
-        self.outcomes[roles.role_name(role, index)] = (status, payload)
+        """Read what roles said (addresses, outcomes), waiting up to `timeout` for the first. Roles
+        block on a large report until it is read, so the launcher reads while it waits for them
+        (joining without reading deadlocks, and terminating a role mid-write would leave half a
+        message in the pipe)."""
+        for pipe in multiprocessing.connection.wait(list(self.pipes), timeout=timeout):
+            name = self.pipes[pipe]
+            try:
+                kind, payload = pipe.recv()
+            except (EOFError, OSError):  # the role is gone: nothing more comes on its pipe
+                del self.pipes[pipe]
+                pipe.close()
+                continue
+            if kind == "address":
+                self.announced[name] = payload
+            else:
+                self.outcomes[name] = (kind, payload)
 
     def collect(self) -> dict[str, tuple[str, Any]]:
         self._drain(timeout=0.05)
-        while not self.results.empty():
-            self._drain(timeout=0.05)
+        while multiprocessing.connection.wait(list(self.pipes), timeout=0):
+            self._drain(timeout=0)
         return dict(self.outcomes)
 
     def wait(self, handles: list[RoleHandle], timeout: float) -> None:
@@ -152,10 +171,10 @@ class LocalLauncher:
         return {"name": "local", "roles": {h.name: {"host": platform.node()} for h in self.handles}}
 
     def close(self) -> None:
-        """Release the queues' pipes and semaphores (after `collect`)."""
-        for channel in (self.results, self.announcements):
-            channel.close()
-            channel.join_thread()
+        """Release the roles' pipes (after `collect`)."""
+        for pipe in self.pipes:
+            pipe.close()
+        self.pipes.clear()
 
     def stop_all(self, grace: float = GRACE_S) -> None:
         """Roles still running after `grace` are killed (they ignore the polite signals: stopping

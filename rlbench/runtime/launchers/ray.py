@@ -518,13 +518,19 @@ class RayLauncher:
     # -- the Launcher protocol ---------------------------------------------------------------------
     def _replacement(self, name: str) -> RayRole:
         """An actor's next incarnation (--actor-restarts), not placed before the run: on the alive node
-        with the most CPUs its running roles leave free (its old node may be gone). In a placement group:
-        in the bundle of the actor that died (Ray places a lost node's bundles again)."""
+        with the most CPUs its running roles leave free (its old node may be gone), among the nodes
+        `--place actors=` (or the dead actor's own key) names while any of them is alive. In a placement
+        group: in the bundle of the actor that died (Ray places a lost node's bundles again)."""
         if self.group is not None:
             return self._in_bundle(name)
         nodes = alive_nodes(self.ray)
         if not nodes:
             raise RoleFailedError(f"{name}: no alive node left to run it on")
+        place = self.config.place or {}
+        named = [value for key in ("actors", self.last_failed) if key in place
+                 for value in (place[key] if isinstance(place[key], (list, tuple)) else [place[key]])]
+        pool = [node for value in named for node in match_nodes(value, nodes)]
+        nodes = pool or nodes  # (every node it names is gone: the others, rather than no replacement)
         used: dict[str, float] = {}
         for role_name_, role in self.roles.items():
             if role.outcome is None and role_name_ != self.last_failed:

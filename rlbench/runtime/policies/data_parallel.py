@@ -99,6 +99,14 @@ class DataParallel:
         return TorchLearnerGroup(rank, world, rendezvous, host, announce)
 
 
+# What the group's collectives put on each learner's link. torch does not expose gloo's (or nccl's) own
+# byte counters, so this is the algorithm's arithmetic, said as such: a ring all-reduce (gloo's default
+# for CPU tensors, nccl's for these sizes) sends and receives 2 (W - 1) / W of the tensor on every rank;
+# the broadcast that makes the start identical moves the parameters once to every other rank.
+COLLECTIVE_BYTES_BASIS = ("modelled: a ring all-reduce moves 2(W-1)/W of each tensor each way per learner; the start's "
+                          "broadcast, the parameters from learner 0 to each other")
+
+
 class TorchLearnerGroup:
     """One learner's membership of the group (rlbench.protocols.LearnerGroup), on torch.distributed."""
 
@@ -128,6 +136,7 @@ class TorchLearnerGroup:
         self.allreduce_ns = 0  # time in gradient all-reduces, waits included
         self.agreement_ns = 0  # time waiting for the step agreement
         self.collectives = 0
+        self.collective_bytes = {"sent": 0, "received": 0}  # on this learner's link (COLLECTIVE_BYTES_BASIS)
         self.updates = 0  # agreements every learner passed, so updates every learner made
         self.digests_compared = 0
         self.last_checked_update: int | None = None  # after how many updates the last digests were compared
@@ -172,6 +181,10 @@ class TorchLearnerGroup:
             for parameters in self._parameters:
                 for parameter in parameters:
                     self._dist.broadcast(parameter.data, src=0)
+                    if self.rank == 0:
+                        self.collective_bytes["sent"] += _nbytes(parameter.data) * (self.world - 1)
+                    else:
+                        self.collective_bytes["received"] += _nbytes(parameter.data)
         self._device = device
 
     # ------------------------------------------------------------------------------- every step
@@ -184,6 +197,7 @@ class TorchLearnerGroup:
         pieces = self._digest_pieces() if self.updates % DIGEST_EVERY == 0 else [0.0] * 2 * DIGEST_PIECES
         values = torch.tensor([1.0 if alive else 0.0, *pieces], dtype=torch.float64, device=self._device)
         self._step = (self._dist.all_reduce(values, async_op=True), values)
+        self._reduced(values)
         self._agreed = False
 
     def _digest_pieces(self) -> list[float]:
@@ -214,6 +228,7 @@ class TorchLearnerGroup:
 
         values = torch.tensor(self._digest_pieces(), dtype=torch.float64, device=self._device)
         self._dist.all_reduce(values)
+        self._reduced(values)
         self.collectives += 1
         self._compare(values.tolist())
         self.final_checked = True
@@ -259,6 +274,7 @@ class TorchLearnerGroup:
         grads = [p.grad for p in self._parameters[index]]
         flat = torch.cat([g.reshape(-1) for g in grads])
         self._dist.all_reduce(flat)
+        self._reduced(flat)
         flat.div_(self.world)
         offset = 0
         for grad in grads:
@@ -266,6 +282,11 @@ class TorchLearnerGroup:
             offset += grad.numel()
         self.allreduce_ns += time.perf_counter_ns() - started
         self.collectives += 1
+
+    def _reduced(self, tensor: Any) -> None:
+        share = _nbytes(tensor) * 2 * (self.world - 1) // self.world
+        self.collective_bytes["sent"] += share
+        self.collective_bytes["received"] += share
 
     def leave(self) -> None:
         """This learner got END: its agreement says so (the others stop at this step too)."""
@@ -279,7 +300,8 @@ class TorchLearnerGroup:
     def report(self) -> dict[str, Any]:
         return {"policy": "data-parallel", "rank": self.rank, "world": self.world, "backend": self._backend,
                 "allreduce_s": self.allreduce_ns / 1e9, "agreement_wait_s": self.agreement_ns / 1e9,
-                "collectives": self.collectives, "parameters_identical": self.parameters_identical(),
+                "collectives": self.collectives, "collective_bytes": dict(self.collective_bytes),
+                "collective_bytes_basis": COLLECTIVE_BYTES_BASIS, "parameters_identical": self.parameters_identical(),
                 "digest_every": DIGEST_EVERY, "digests_compared": self.digests_compared,
                 "last_checked_update": self.last_checked_update if self.final_checked else None,
                 "diverged_at_update": self.diverged_at, "ended": self.ended}
@@ -298,3 +320,7 @@ class TorchLearnerGroup:
             except Exception:  # a collective already failed: the group is gone either way
                 pass
             self._joined = False
+
+
+def _nbytes(tensor: Any) -> int:
+    return tensor.numel() * tensor.element_size()
