@@ -499,6 +499,22 @@ def test_the_plan_says_whether_more_learners_pay():
     cheap = planner.make_plan(DQN, document, max_actors=1, this_host=HOST, only={"replay": "prioritized"})
     two = next(g for g in planner.learner_gains(cheap) if g.parallel.mapping.learners == 2)
     assert two.pays and two.speedup > 1 + planner.PAYS
+    # what a core for each learner could give at most (issue #41 item 10): the update on the whole batch
+    # over one on its share plus the collectives, from the profile's own figures, whatever this host has
+    figures = job_figures(document)
+    cpu, batch = figures["compute"]["cpu"], plan.schedule.batch_size
+    for n in (2, 4):
+        whole = cpu["learner_update_us"]
+        share = cpu["learner_update_by_batch"][str(batch // n)] + (
+            figures["allreduce"]["by_learners"][str(n)]["allreduce_us"]
+            + figures["allreduce"]["by_learners"][str(n)].get("agreement_us", 0.0))
+        assert gains[n].ceiling == pytest.approx((whole / share, whole, share))
+        assert gains[n].can_pay == (whole / share >= 1 + (n - 1) * planner.WORTH)
+    from rlbench.plan.cli import format_plan
+
+    text = format_plan(plan, top=3, profile_path="handmade.json", planning_s=0.0, document=document)
+    assert "with a core for each learner, at most x" in text
+    assert ("data-parallel cannot pay for this model" in text) == (not all(g.can_pay for g in gains.values()))
     # a batch that splits into no learner count: the policy is left out, saying why
     odd_job = profile.Job.of("dqn", "CartPole-v1", {"batch_size": 127})
     odd_profile = _with_job_key(handmade(), HOST, odd_job.key)

@@ -302,6 +302,25 @@ def test_bench_policies_puts_each_policy_beside_the_others():
     assert rows["data-parallel x2"]["parameters_identical"] is True
     assert rows["data-parallel x2"]["allreduce_ms_per_update"] > 0 and 0 < rows["data-parallel x2"]["allreduce_share"] < 1
     assert rows["single-learner x1"]["allreduce_ms_per_update"] is None
+    # the ceiling with a core per learner, estimated from CPU time per update (no 16 cores here)
+    single, parallel = rows["single-learner x1"], rows["data-parallel x2"]
+    assert single["cpu_ms_per_update"] > 0 and parallel["cpu_ms_per_update"] > 0
+    assert parallel["ceiling_estimated"] == pytest.approx(single["cpu_ms_per_update"] / parallel["cpu_ms_per_update"])
+    assert single["ceiling_estimated"] is None
+
+
+def test_bench_policies_says_when_data_parallel_cannot_pay_for_the_model():
+    from rlbench.bench.policies import format_rows
+
+    row = {"updates_per_s": 100.0, "env_steps_per_s": 100.0, "allreduce_ms_per_update": None, "allreduce_share": None,
+           "parameters_identical": None, "time_to_target_s": None, "env_steps_to_target": None, "status": "complete"}
+    rows = [dict(row, run="single-learner x1", cpu_ms_per_update=5.2, ceiling_estimated=None),
+            dict(row, run="data-parallel x2", cpu_ms_per_update=4.6, ceiling_estimated=5.2 / 4.6, parameters_identical=True),
+            dict(row, run="data-parallel x4", cpu_ms_per_update=2.0, ceiling_estimated=5.2 / 2.0, parameters_identical=True)]
+    text = format_rows(rows, "header")
+    assert "* ceiling: estimated, not measured" in text
+    assert "data-parallel x2 cannot pay for this model" in text and "at most x1.13" in text
+    assert "data-parallel x4 cannot pay" not in text
 
 
 def test_gloo_is_pointed_at_the_interface_that_reaches_the_store(monkeypatch):

@@ -171,6 +171,32 @@ def test_data_parallel_learners_run_where_place_puts_them_and_meet_through_ray(c
     assert roles["learner"]["updates"] == roles["learner-1"]["updates"] > 10
 
 
+def test_a_node_listed_alive_whose_raylet_is_gone_is_not_a_place_to_put_roles(cluster):
+    """A node restarted on a host: Ray lists its old id alive until its health checks notice, and
+    `--place IP` resolved to that id was refused (issue #41 item 8). alive_nodes asks each raylet
+    that shares an address with another node."""
+    import socket
+
+    import ray
+
+    from rlbench.cluster.ray import alive_nodes
+
+    listed = [n for n in ray.nodes() if n["Alive"]]
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    gone_port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now, as after a raylet died
+    stale = dict(listed[0], NodeID="f" * 56, NodeManagerPort=gone_port)
+
+    class Listing:  # the cluster's own listing, with the restarted node's old entry
+        @staticmethod
+        def nodes():
+            return [stale, *listed]
+
+    found = {node.node_id for node in alive_nodes(Listing)}
+    assert found == {n["NodeID"] for n in listed}
+
+
 def test_impossible_placements_are_refused_before_anything_starts(cluster):
     import ray
 

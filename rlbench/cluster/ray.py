@@ -7,7 +7,9 @@ import difflib
 import logging
 import os
 import signal
+import socket
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from rlbench.runtime.launchers import one_line
 INSTALL_HINT = f"pip install {RAY_REQUIREMENT}"
 NAMESPACE = "rlbench"
 RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+RAYLET_PROBE_S = 0.5  # how long a listed node's raylet has to accept a connection (alive_nodes)
 
 
 def import_ray() -> Any:
@@ -57,9 +60,26 @@ class Node:
 
 
 def alive_nodes(ray: Any) -> list[Node]:
+    """Ray's alive nodes, less those whose raylet no longer answers. A node restarted on a host stays
+    listed alive under its old id until Ray's health checks say otherwise (seconds to a minute), and
+    `--place IP` resolved to that id was refused; so where nodes share an address, each is asked."""
+    listed = [n for n in ray.nodes() if n.get("Alive")]
+    sharing = Counter(n["NodeManagerAddress"] for n in listed)
+    live = [n for n in listed if sharing[n["NodeManagerAddress"]] == 1 or _raylet_answers(n)]
     return [Node(n["NodeID"], n["NodeManagerAddress"], n.get("NodeManagerHostname", ""), dict(n.get("Resources", {})),
                  dict(n.get("Labels") or {}))
-            for n in ray.nodes() if n.get("Alive")]
+            for n in live or listed]  # (none answering: a port this host cannot reach, not every node dead)
+
+
+def _raylet_answers(node: dict[str, Any]) -> bool:
+    port = node.get("NodeManagerPort")
+    if not port:
+        return True  # nothing to ask: as Ray lists it
+    try:
+        with socket.create_connection((node["NodeManagerAddress"], int(port)), timeout=RAYLET_PROBE_S):
+            return True
+    except OSError:
+        return False
 
 
 def connect(ray: Any, address: str | None, cpus_needed: int) -> bool:

@@ -473,7 +473,9 @@ def plan_json(plan: Any, top: int) -> dict[str, Any]:
             "knees": [{"family": k.family, "learner": k.compute, "knee": k.knee, "curve": k.curve,
                        "actor_supply": k.supply, "demand": k.demand} for k in best_knees(plan)],
             "learners": [{"mapping": g.parallel.mapping.label(), "single": g.single.mapping.label(),
-                          "predicted_speedup": g.speedup, "pays": g.pays} for g in learner_gains(plan)]}
+                          "predicted_speedup": g.speedup, "pays": g.pays,
+                          "core_each_ceiling_modelled": g.ceiling[0] if g.ceiling else None, "can_pay": g.can_pay}
+                         for g in learner_gains(plan)]}
 
 
 def check_json(check: Any) -> dict[str, Any]:
@@ -577,6 +579,14 @@ def format_plan(plan: Any, *, top: int, profile_path: str, planning_s: float, do
             lines.append(f"  {g.parallel.mapping.learners} learners ({g.parallel.mapping.label()}): "
                          f"x{g.speedup:.2f} of one learner's {_rate(g.single.prediction.updates_per_s)} updates/s -> "
                          + ("pays" if g.pays else f"does not pay (bound: {g.parallel.prediction.bottleneck})"))
+            if g.ceiling is not None:
+                most, whole, share = g.ceiling
+                lines.append(f"    with a core for each learner, at most x{most:.2f} (modelled: an update on "
+                             f"{plan.schedule.batch_size:,} transitions {whole / 1e3:.2f} ms against {share / 1e3:.2f} "
+                             f"ms on a 1/{g.parallel.mapping.learners} share with the collectives)"
+                             + ("" if g.can_pay else
+                                ": data-parallel cannot pay for this model; it starts to where the update is mostly "
+                                "per-sample compute (a larger model or batch, e.g. the Atari CNN)"))
     if plan.excluded:
         lines += ["", "left out (each family once):"]
         lines += [f"  {k}: {v}" if v else f"  {k}" for k, v in plan.excluded.items()]

@@ -732,6 +732,22 @@ def _ring_us(job: dict[str, Any], learners: int) -> float:
     return measured["allreduce_us"] + measured.get("agreement_us", 0.0)
 
 
+def core_each_ceiling(job: dict[str, Any], compute: str, batch: int, learners: int) -> tuple[float, float, float] | None:
+    """Data-parallel's most with a core for each learner, whatever this host has: (the speed-up over
+    one learner, an update on the whole batch us, a learner's update on its share plus the collectives
+    among `learners` us) = learn(B) / (learn(B / N) + ring(N)), from the profile's micro figures
+    (modelled). None where the profile lacks one. An update's cost that does not shrink with the batch
+    (the optimizer step, the loop) and the collectives bound it: near N only for a model whose update
+    is mostly per-sample compute."""
+    try:
+        figures = learner_figures(job, compute)
+        whole = learn_us(figures, batch, batch)
+        share = learn_us(figures, batch // learners, batch) + _ring_us(job, learners)
+    except (ModelError, KeyError):
+        return None
+    return whole / share, whole, share
+
+
 def _group_us(job: dict[str, Any], learners: int, grouped: GroupCalibration | None) -> float:
     """A learner's collectives per update: as the data-parallel calibration run measured them, plus
     how much longer the ring itself takes among `learners` idle processes than among the run's

@@ -31,6 +31,7 @@ from rlbench.plan.model import (
     Power,
     Prediction,
     Schedule,
+    core_each_ceiling,
     predict,
     schedule_of,
     supply_knee,
@@ -42,6 +43,7 @@ PLAN_SCHEMA = "rlbench.plan/1"
 OBJECTIVES = ("throughput", "samples-per-joule")
 TIE_TOLERANCE = 0.03  # predictions closer than this (or than their spread) are a tie
 PAYS = 0.10  # a mapping must be predicted this much faster than another to be said to pay
+WORTH = 0.5  # more learners can pay for a model when each added one could buy at least this much of one
 FILTER_KEYS = ("placement", "transport", "replay", "compute", "actors", "policy", "learners")
 
 
@@ -78,6 +80,7 @@ class Plan:
     contended: list[str] = field(default_factory=list)  # figures measured while others used the machine
     only: dict[str, str] = field(default_factory=dict)  # the filter the ranked rows passed
     candidates: list[Row] = field(default_factory=list)  # every mapping predicted, the filter's or not
+    figures: dict[str, Any] = field(default_factory=dict)  # the job's profile figures on this host
 
     @property
     def chosen(self) -> Row:
@@ -303,7 +306,8 @@ def make_plan(job: Job, profile: dict[str, Any], *, objective: str = "throughput
                            f"(of {len(rows)} that can run)")
     ranked = rank(kept, objective)
     plan = Plan(job, objective, schedule, power, this_host, ranked, None, excluded, offline=offline,
-                contended=contended, only=only, candidates=rows)
+                contended=contended, only=only, candidates=rows,
+                figures=(hosts_with_job.get(this_host) or {}).get("jobs", {}).get(job.key, {}))
     plan.default = _default_row(plan, rows)
     plan.knees = _knees(ranked)
     return plan
@@ -352,6 +356,17 @@ class LearnerGain:
     parallel: Row
     single: Row
     speedup: float  # updates/s ratio
+    # model.core_each_ceiling: (speed-up, whole-batch update us, share + collectives us) with a core for
+    # each learner, whatever this host has; None where the profile lacks a figure
+    ceiling: tuple[float, float, float] | None = None
+
+    @property
+    def can_pay(self) -> bool | None:
+        """Whether more learners could pay for this model on cores of their own: each added learner
+        buying at least half of one (None: not known)."""
+        if self.ceiling is None:
+            return None
+        return self.ceiling[0] >= 1 + (self.parallel.mapping.learners - 1) * WORTH
 
     @property
     def pays(self) -> bool:
@@ -370,7 +385,8 @@ def learner_gains(plan: Plan) -> list[LearnerGain]:
         twin = singles.get(replace(m, policy="single-learner", learners=1))
         if twin is None or not twin.prediction.updates_per_s:
             continue
-        gain = LearnerGain(row, twin, row.prediction.updates_per_s / twin.prediction.updates_per_s)
+        gain = LearnerGain(row, twin, row.prediction.updates_per_s / twin.prediction.updates_per_s,
+                           core_each_ceiling(plan.figures, m.compute, plan.schedule.batch_size, m.learners))
         if m.learners not in best or row.prediction.throughput > best[m.learners].parallel.prediction.throughput:
             best[m.learners] = gain
     return [best[n] for n in sorted(best)]
