@@ -18,6 +18,9 @@
 #   atari    issue #39's EMC2'20 setting: `rlbench gpu bench --figure cnn_update` (the Nature-CNN update on
 #            the card, captured and eager, beside the CPU's), then `rlbench gpu atari`: Atari DQN with the
 #            learner on CUDA and actors on CPU cores, 1 and 4 actors, beside the same runs all on the CPU
+#   cores    issue #41 item 10, what 2 cores cannot show, on the lent machine's CPU cores (no GPU used):
+#            `bench actors` 1 -> 8, `bench policies` with 2 and 4 data-parallel learners, `bench scale`
+#            with 1, 2 and 4 shards; each prints its machine line (cores, load) beside the figures
 # Usage: bash plugins/gpu/on-a-lent-gpu.sh [STEP ...]   (default: setup bench e2e tests)
 set -u
 OUT=${OUT:-/tmp/rlbench-gpu-out}
@@ -85,12 +88,16 @@ for name in $STEPS; do
                      --figure replay_cycles --figure env_steps ;;
         atari) step atari 420 sh -c 'python3 -m rlbench gpu bench --figure cnn_update --seconds 2 --profile;
                                       python3 -m rlbench gpu atari --steps 5000 --actors 1,4' ;;
-        *) echo "unknown step $name (wheels setup bench e2e tests cuda-tests env compile e2e-compile atari)"; exit 2 ;;
+        cores) step cores 480 sh -c 'python3 -m rlbench bench actors --max-actors 8 --steps-per-actor 20000;
+                                     python3 -m rlbench bench policies --learners 2 --learners 4;
+                                     python3 -m rlbench bench scale --shards 1 --shards 2 --shards 4 --clients 16 \
+                                         --clients 64 --clients 256 --seconds 2' ;;
+        *) echo "unknown step $name (wheels setup bench e2e tests cuda-tests env compile e2e-compile atari cores)"; exit 2 ;;
     esac
 done
 # The reply keeps the end of the output: the figures' lines and the tests' summary last.
 grep -h -E "^(torch|NVIDIA|name)|gpu info|CUDA|^# device" "$OUT/setup.log" 2>/dev/null | head -8
-for log in bench e2e compile e2e-compile env atari; do
+for log in bench e2e compile e2e-compile env atari cores; do
     [ -f "$OUT/$log.log" ] && grep -v -E "^(STAGE|USDT|\[W)" "$OUT/$log.log" | grep -E "^[A-Za-z]|^  [A-Za-z]|      " \
         | cut -c1-400
 done
