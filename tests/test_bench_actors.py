@@ -60,6 +60,14 @@ def test_bench_actors_sweeps_minatar_actors_running_the_cnn():
     sweep["rows"][1]["env_steps_per_s"] = sweep["rows"][0]["env_steps_per_s"] * 1.5
     assert "knee: none, still growing at 2 actors" in runtime.format_actor_sweep(sweep)
     assert "knee: not measured" in runtime.format_actor_sweep({**sweep, "rows": sweep["rows"][:1]})
+    # what a core for each role would give (issue #41 item 10: no 16 cores here), estimated and said so
+    cpu = sweep["rows"][-1]["cpu_per_step"]
+    assert cpu["actor"] > 0 and cpu["replay"] > 0 and cpu["learner"] > 0
+    rate, binding = runtime.core_each_estimate(cpu, 8)
+    assert rate == pytest.approx(min(8 / cpu["actor"], 1 / cpu["replay"], 1 / cpu["learner"]))
+    assert "estimated, not measured: with a core for each role" in text and f"8 actor(s) {rate:,.0f}/s ({binding})" in text
+    assert runtime.core_each_estimate({"actor": 1e-3, "replay": 1e-4, "learner": 2e-4}, 2) == (2000.0, "actors")
+    assert runtime.core_each_estimate({"actor": 1e-3, "replay": 1e-4, "learner": 2e-4}, 16) == (5000.0, "learner")
     # CartPole's sweep opens as it always did: no preset to override, the run's default replay unnamed
     classic = runtime.format_actor_sweep({**sweep, "env": "CartPole-v1", "preset_overridden": False})
     assert classic.splitlines()[:2] == [

@@ -293,6 +293,34 @@ def _role_time(result: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def _cpu_per_step(result: dict) -> dict[str, float]:
+    """CPU seconds per env step in the measured windows: one actor's (the mean), the replay node's and
+    the learner's: what each role would need of a core of its own."""
+    splits, roles = result["loop"].get("time_split") or {}, result["loop"].get("roles") or {}
+    actors = [name for name in splits if name.startswith("actor-")]
+    steps = sum(roles[name]["produced"] for name in actors)
+    if not steps:
+        return {}
+    out = {"actor": sum(splits[name]["cpu_s"] for name in actors) / steps}
+    for role in ("replay", "learner"):
+        if splits.get(role, {}).get("cpu_s"):
+            out[role] = splits[role]["cpu_s"] / steps
+    return out
+
+
+CORE_EACH_ACTORS = (1, 2, 4, 8, 16)  # the actor counts the estimate with a core per role is printed for
+
+
+def core_each_estimate(cpu_per_step: dict[str, float], actors: int) -> tuple[float, str]:
+    """Env steps/s with `actors` actors and every role on a core of its own, from CPU time per env step
+    (an estimate, not a measurement): the actors supply actors / actor CPU per step, the node and the
+    learner take at most 1 / theirs; the smallest binds."""
+    bounds = {"actors": actors / cpu_per_step["actor"]}
+    bounds.update({role: 1 / cpu_per_step[role] for role in ("replay", "learner") if cpu_per_step.get(role)})
+    binding = min(bounds, key=bounds.get)
+    return bounds[binding], binding
+
+
 def actor_sweep(env: str, algo: str, transport: str, placement: str, replay: str | None, max_actors: int,
                 steps_per_actor: int | None, train_every: int, publish_every: int) -> dict[str, Any]:
     """Runs with 1 .. max_actors actors against one learner: the job, its settings, a row per count."""
@@ -322,7 +350,7 @@ def actor_sweep(env: str, algo: str, transport: str, placement: str, replay: str
                      "with_start_up": result["throughput"]["env_steps_per_s"],
                      "actor_cpu_s": sum(r["cpu_s"] for r in actor_roles),
                      "achieved_samples_per_insert": result["loop"]["rate_limiter"]["samples_per_insert_achieved"],
-                     "status": result["status"], "role_time": _role_time(result),
+                     "status": result["status"], "role_time": _role_time(result), "cpu_per_step": _cpu_per_step(result),
                      "machine_state": result.get("machine_state", {})})
     base = rows[0]["env_steps_per_s"]
     for r in rows:
@@ -364,6 +392,14 @@ def format_actor_sweep(sweep: dict[str, Any]) -> str:
         lines.append(f"knee: {f'{found} actor(s)' if found else f'none, still growing at {largest} actors'} "
                      f"(the count past which one more actor adds less than {KNEE_GAIN:.0%} env steps/s)")
     lines += [f"{r['actors']} actor(s), {summary_line(r['machine_state'])}" for r in rows if r["machine_state"]]
+    basis = rows[-1]
+    if basis.get("cpu_per_step", {}).get("actor"):  # what a machine with a core per role would do: estimated
+        cpu = basis["cpu_per_step"]
+        estimates = [(n, *core_each_estimate(cpu, n)) for n in CORE_EACH_ACTORS]
+        lines.append(f"estimated, not measured: with a core for each role, from the CPU time per env step of the "
+                     f"{basis['actors']}-actor run (an actor {1e6 * cpu['actor']:.0f} us"
+                     + "".join(f", the {role} {1e6 * cpu[role]:.0f} us" for role in ("replay", "learner") if role in cpu)
+                     + "): " + ", ".join(f"{n} actor(s) {rate:,.0f}/s ({binding})" for n, rate, binding in estimates))
     priorities = ("; with a prioritized memory it holds the actors' initial priorities, a forward of each INSERT's "
                   "obs and next_obs that the actor does not time as inference" if sweep["prioritized"] else "")
     lines += ["", "where each role's time went. actors: wall us per env step, all actors together (replay: blocked on "
