@@ -466,7 +466,7 @@ def test_the_c_store_leaves_reference_counts_as_they_were():
     gc.collect()
     after = [sys.getrefcount(value) for value in watched]
     # one reference lost or kept per call would move a count by at least 2,000; pytest's own objects come and go
-    assert all(abs(a - b) < 500 for a, b in zip(after, before)), list(zip(before, after))
+    assert all(abs(a - b) < 1500 for a, b in zip(after, before)), list(zip(before, after))
     assert store.live == 0
 
 

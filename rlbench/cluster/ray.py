@@ -42,6 +42,7 @@ class Node:
     hostname: str
     resources: dict[str, float]
     labels: dict[str, str]
+    manager_port: int = 0  # its raylet's port (0: not listed): raylet_answers asks it
 
     @property
     def cpus(self) -> float:
@@ -63,20 +64,21 @@ def alive_nodes(ray: Any) -> list[Node]:
     """Ray's alive nodes, less those whose raylet no longer answers. A node restarted on a host stays
     listed alive under its old id until Ray's health checks say otherwise (seconds to a minute), and
     `--place IP` resolved to that id was refused; so where nodes share an address, each is asked."""
-    listed = [n for n in ray.nodes() if n.get("Alive")]
-    sharing = Counter(n["NodeManagerAddress"] for n in listed)
-    live = [n for n in listed if sharing[n["NodeManagerAddress"]] == 1 or _raylet_answers(n)]
-    return [Node(n["NodeID"], n["NodeManagerAddress"], n.get("NodeManagerHostname", ""), dict(n.get("Resources", {})),
-                 dict(n.get("Labels") or {}))
-            for n in live or listed]  # (none answering: a port this host cannot reach, not every node dead)
+    listed = [Node(n["NodeID"], n["NodeManagerAddress"], n.get("NodeManagerHostname", ""), dict(n.get("Resources", {})),
+                   dict(n.get("Labels") or {}), int(n.get("NodeManagerPort") or 0))
+              for n in ray.nodes() if n.get("Alive")]
+    sharing = Counter(node.ip for node in listed)
+    live = [node for node in listed if sharing[node.ip] == 1 or raylet_answers(node)]
+    return live or listed  # (none answering: a port this host cannot reach, not every node dead)
 
 
-def _raylet_answers(node: dict[str, Any]) -> bool:
-    port = node.get("NodeManagerPort")
-    if not port:
-        return True  # nothing to ask: as Ray lists it
+def raylet_answers(node: Node) -> bool:
+    """Whether the node's raylet accepts a connection (True where its port is not known): a node Ray
+    lists as alive may have been lost seconds ago."""
+    if not node.manager_port:
+        return True
     try:
-        with socket.create_connection((node["NodeManagerAddress"], int(port)), timeout=RAYLET_PROBE_S):
+        with socket.create_connection((node.ip, node.manager_port), timeout=RAYLET_PROBE_S):
             return True
     except OSError:
         return False

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rlbench.cluster.ray import Node, alive_nodes, connect, import_ray, match_nodes, unknown_node
+from rlbench.cluster.ray import Node, alive_nodes, connect, import_ray, match_nodes, raylet_answers, unknown_node
 from rlbench.config import component_kind
 from rlbench.errors import InvalidCombinationError, RlbenchError
 from rlbench.kit.framing import AddressError
@@ -517,29 +517,31 @@ class RayLauncher:
 
     # -- the Launcher protocol ---------------------------------------------------------------------
     def _replacement(self, name: str) -> RayRole:
-        """An actor's next incarnation (--actor-restarts), not placed before the run: on the alive node
-        with the most CPUs its running roles leave free (its old node may be gone), among the nodes
-        `--place actors=` (or the dead actor's own key) names while any of them is alive. In a placement
-        group: in the bundle of the actor that died (Ray places a lost node's bundles again)."""
+        """An actor's next incarnation (--actor-restarts), not placed before the run: on an alive node with
+        a CPU its running roles leave free, one `--place actors=` (or the dead actor's own key) names where
+        such a node has one, else the one with the most free; never the dead actor's node when its raylet
+        no longer answers. In a placement group: in the bundle of the actor that died (Ray places a lost
+        node's bundles again)."""
         if self.group is not None:
             return self._in_bundle(name)
         nodes = alive_nodes(self.ray)
+        dead = self.roles[self.last_failed].node if self.last_failed in self.roles else None
+        if dead is not None and not raylet_answers(dead):  # lost with its node, though Ray still lists it
+            nodes = [n for n in nodes if n.node_id != dead.node_id]
         if not nodes:
             raise RoleFailedError(f"{name}: no alive node left to run it on")
         place = self.config.place or {}
-        named = [value for key in ("actors", self.last_failed) if key in place
-                 for value in (place[key] if isinstance(place[key], (list, tuple)) else [place[key]])]
-        pool = [node for value in named for node in match_nodes(value, nodes)]
-        nodes = pool or nodes  # (every node it names is gone: the others, rather than no replacement)
+        named = {node.node_id for key in ("actors", self.last_failed) if key in place
+                 for value in (place[key] if isinstance(place[key], (list, tuple)) else [place[key]])
+                 for node in match_nodes(value, nodes)}
         used: dict[str, float] = {}
         for role_name_, role in self.roles.items():
             if role.outcome is None and role_name_ != self.last_failed:
                 used[role.node.node_id] = used.get(role.node.node_id, 0.0) + ROLE_CPUS
-        # among nodes with a CPU free, the dead actor's last: it may be lost before Ray's health checks
-        # say so (seconds), and a replacement sent there dies too
-        dead_node = self.roles[self.last_failed].node.node_id if self.last_failed in self.roles else None
-        node = max(nodes, key=lambda n: (n.cpus - used.get(n.node_id, 0.0) >= ROLE_CPUS, n.node_id != dead_node,
-                                         n.cpus - used.get(n.node_id, 0.0)))
+        # a CPU free first (Ray would never start it on a full node), then a node --place names for actors,
+        # then not the dead actor's (its process may have died with a node Ray has not noticed yet)
+        node = max(nodes, key=lambda n: (n.cpus - used.get(n.node_id, 0.0) >= ROLE_CPUS, n.node_id in named,
+                                         dead is None or n.node_id != dead.node_id, n.cpus - used.get(n.node_id, 0.0)))
         role = self.roles[name] = _role_actor(self.ray, self.run_tag, name, node, Demand())
         self.placement[name] = node
         return role
