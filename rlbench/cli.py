@@ -39,11 +39,11 @@ class _Root(click.Group):
             return
         self._loaded = True
         self.add_command(_run_command())
-        from rlbench.plugins import call_hook_safely
-
-        for plugin, outcome in call_hook_safely("rlbench_register_commands", cli=self):
-            if isinstance(outcome, dict) and "error" in outcome:
-                click.echo(f"warning: plugin {plugin!r} could not add its commands: {outcome['error']}", err=True)
+        # what the plugins' commands hooks added, checked when the registry was built (a plugin
+        # whose hook raised, or that would replace a command, is refused wholly)
+        for added in _registry().commands:
+            group, _, name = added.path.rpartition(" ")
+            (self.commands[group] if group else self).add_command(added.command, name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load()
@@ -79,15 +79,19 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_components(kind: str | None, as_json: bool) -> None:
     """Every component: kind, name, plugin, available here, and why not."""
+    from rlbench.plugins import plugin_fingerprints
+
     registry = _registry()
+    plugin_fingerprints(registry)  # a plugin whose fingerprint raises is refused, and listed so
     rows = []
     for component in registry.components(kind):
         probe = component.probe()
         rows.append({"kind": component.kind, "name": component.name, "plugin": component.plugin,
                      "available": probe.available, "reason": probe.reason, "description": component.description})
     broken = [{"plugin": b.name, "error": b.error} for b in registry.broken]
+    deprecated = [{"plugin": plugin, "warning": message} for plugin, message in registry.deprecations]
     if as_json:
-        _emit_json({"components": rows, "broken_plugins": broken})
+        _emit_json({"components": rows, "broken_plugins": broken, "deprecations": deprecated})
         return
     widths = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("kind", "name", "plugin")}
     click.echo(f"{'KIND':<{widths['kind']}}  {'NAME':<{widths['name']}}  {'PLUGIN':<{widths['plugin']}}  AVAILABLE  WHY NOT / WHAT")
@@ -97,6 +101,8 @@ def list_components(kind: str | None, as_json: bool) -> None:
                    f"{'yes' if r['available'] else 'no ':<9}  {detail}")
     for b in broken:
         click.echo(f"plugin {b['plugin']!r} failed to load and is unavailable: {b['error']}")
+    for d in deprecated:
+        click.echo(f"plugin {d['plugin']!r} (loaded) relies on deprecated behaviour: {d['warning']}")
 
 
 # ---------------------------------------------------------------------------------------------- info

@@ -18,7 +18,7 @@ A run file is the run's fields at the top level, `[hyperparameters]` for `--hp` 
     hidden_sizes = [64, 64]
 
     [options]
-    dpus = 64
+    upmem-dpus = 64
 
 Other top-level tables (`[sweep]`, `[plan]`) belong to the commands that write them and are handed
 back to the caller untouched.
@@ -89,6 +89,15 @@ RUN_FLAGS = frozenset({
     "--on-actor-failure", "--actor-restarts", "--checkpoint-every", "--checkpoint-dir", "--resume", "--launcher", "--ray-address", "--place", "--bind", "--hp", "--out", "--no-out", "--json",
     "--placement-strategy",
     "--help",
+})
+
+# rlbench's own commands, by path under `rlbench`: reserved, as RUN_FLAGS are (a plugin adds commands,
+# it never replaces one; tests/test_plugin_contract.py holds this to the CLI)
+CORE_COMMANDS = frozenset({
+    "run", "list", "info", "show", "sweep", "report", "compare", "dashboard", "profile", "plan", "ray", "bench",
+    "bench access", "bench actors", "bench attacks", "bench compute", "bench ddpg", "bench dqn", "bench launchers",
+    "bench matrix", "bench placement", "bench policies", "bench replay", "bench scale", "bench transport",
+    "bench weights",
 })
 
 

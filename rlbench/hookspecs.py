@@ -10,10 +10,12 @@ Register hooks receive a ``register`` callback; plugins never touch the registry
 probes may be callables or lazy ``"module:attr"`` strings; a plugin module itself must be cheap to
 import (no torch, pyopencl or DPDK at import time), because ``rlbench list`` imports every plugin.
 
-Names belong to one plugin: a component name (per kind, case aside) or a run-option flag that the
-core or another plugin also registers, a name ``NS/NAME`` outside the plugin's own namespace, or an
-option for another plugin's component refuses the plugin wholly (every plugin in a clash alike),
-as does a register hook that raises; ``rlbench list`` says why (docs/plugins.md, "Names").
+Names belong to one plugin and are compared case and '-'/'_' aside: a component name (per kind), a
+run-option flag or a command that the core or another plugin also registers, a name ``NS/NAME``
+outside the plugin's own namespace, or an option for another plugin's component refuses the plugin
+wholly (every plugin in a clash alike), as does a hook that raises; ``rlbench list`` says why
+(docs/plugins.md, "Names"). A plugin module declares the plugin API it targets, ``RLBENCH_API =
+"1.1"`` (rlbench.kit.api; docs/plugin-api-changelog.md).
 """
 
 from __future__ import annotations
@@ -93,9 +95,10 @@ def rlbench_register_run_options(option: Any) -> None:
 
     :param option: ``option(kind, component, flag, param, *, type=str, default=None, help="",
         choices=())``, for one of the plugin's own components; name the flag ``--<plugin>-<param>``
-        (flags are one namespace, ``rlbench run``'s own are reserved). When the user selects that
-        component, the option's value reaches its factory as keyword ``param``; setting the option
-        while another component is selected is refused.
+        or ``--<component>-<param>`` (flags are one namespace, ``rlbench run``'s own are reserved;
+        an unprefixed flag is refused for plugins that target plugin API 1.1, deprecated for 1.0).
+        When the user selects that component, the option's value reaches its factory as keyword
+        ``param``; setting the option while another component is selected is refused.
     """
 
 
@@ -104,7 +107,9 @@ def rlbench_register_commands(cli: Any) -> None:
     """Add CLI commands.
 
     :param cli: the root ``click.Group``; add commands or groups to it (e.g. ``rlbench dpdk doctor``),
-        or to its ``bench`` group (``cli.commands["bench"]``).
+        or to its ``bench`` group (``cli.commands["bench"]``). Called when the registry is built, on
+        a stand-in that holds rlbench's own commands: replacing one of them, or adding a command
+        another plugin adds, refuses the plugin wholly, as does raising.
     """
 
 
@@ -112,7 +117,8 @@ def rlbench_register_commands(cli: Any) -> None:
 def rlbench_fingerprint() -> dict[str, Any] | None:
     """Describe what this plugin sees on the machine, for ``rlbench info`` and every result.
 
-    :return: a JSON-serialisable dict (versions, devices, ports...), or None. Keep it cheap.
+    :return: a JSON-serialisable dict (versions, devices, ports...), or None. Keep it cheap. Called
+        by ``rlbench list``, ``rlbench info`` and before each run; raising refuses the plugin wholly.
     """
 
 

@@ -543,7 +543,7 @@ class RunOption:
 
     kind: str
     component: str
-    flag: str  # e.g. "--dpus"
+    flag: str  # e.g. "--upmem-dpus"
     param: str  # keyword passed to the component's factory
     type: Any = str
     default: Any = None

@@ -24,6 +24,12 @@ KIND_FLAGS = {
 }
 
 
+def normalised(name: str) -> str:
+    """A name as the namespace compares it: case and '-'/'_' aside (`--zmq_port` is `--zmq-port`,
+    `ZMQ` is `zmq`). Component names, run-option flags, commands and plugin names alike."""
+    return name.lower().replace("_", "-")
+
+
 def load_object(target: str) -> Any:
     """Import "package.module:attr.sub" and return the attribute."""
     module_name, _, attr = target.partition(":")
@@ -88,6 +94,15 @@ class BrokenPlugin:
     error: str
 
 
+@dataclass
+class PluginCommand:
+    """A CLI command a plugin adds: `path` is its name under `rlbench` ("upmem", "bench dpdk")."""
+
+    plugin: str
+    path: str
+    command: Any  # a click.Command
+
+
 class Registry:
     """Read-only view for everyone but the plugin manager."""
 
@@ -96,12 +111,27 @@ class Registry:
         self.broken: list[BrokenPlugin] = []
         self.plugins: list[str] = []
         self.run_options: list[RunOption] = []
+        self.commands: list[PluginCommand] = []
+        self.targets: dict[str, str] = {}  # loaded plugin -> the plugin API it targets (rlbench.kit.api)
+        self.deprecations: list[tuple[str, str]] = []  # (plugin, what it does that a later plugin API refuses)
+        self._manager: Any = None  # the pluggy manager whose hooks these plugins are (rlbench.plugins)
 
     # -- building (plugin manager only) --------------------------------------------------------
     def _add(self, component: Component) -> None:
         """Called with checked components whose names no other plugin claims (rlbench.plugins)."""
         assert component.name not in self._components[component.kind], f"{component.kind} {component.name!r} twice"
         self._components[component.kind][component.name] = component
+
+    def _remove(self, plugin: str, reason: str) -> None:
+        """Called by rlbench.plugins.refuse: nothing of `plugin` is left, and `broken` says why."""
+        for kind in KINDS:
+            self._components[kind] = {n: c for n, c in self._components[kind].items() if c.plugin != plugin}
+        self.run_options = [o for o in self.run_options if o.plugin != plugin]
+        self.commands = [c for c in self.commands if c.plugin != plugin]
+        self.deprecations = [d for d in self.deprecations if d[0] != plugin]
+        self.plugins = [p for p in self.plugins if p != plugin]
+        self.targets.pop(plugin, None)
+        self.broken.append(BrokenPlugin(plugin, reason))
 
     # -- reading -------------------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:
@@ -117,9 +147,9 @@ class Registry:
             return self._components[kind][name]
         except KeyError:
             pass
-        # Case-insensitive exact match is not a guess; accept it.
+        # A match case and '-'/'_' aside is the same name (one namespace), not a guess; accept it.
         for candidate, component in self._components[kind].items():
-            if candidate.lower() == name.lower():
+            if normalised(candidate) == normalised(name):
                 return component
         raise UnknownComponentError(self._unknown_message(kind, name))
 

@@ -170,6 +170,10 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     Raises RlbenchError before anything starts when the combination is invalid.
     """
     registry = registry or get_registry()
+    # before the check: a plugin whose fingerprint raises is refused, and a run that needs it with it;
+    # and before the run: plugins' fingerprints import native modules (pyopencl), and a second Ctrl-C
+    # or SIGTERM raised inside such an import at the end of a run aborted the process instead of exiting 130/143
+    fingerprint = machine_fingerprint(registry)
     plan, algorithm, hp = check(config, registry)
     if config.out:
         check_writable(config.out)
@@ -182,7 +186,7 @@ def run(config: RunConfig, *, registry: Registry | None = None,
     budget = Budget(total_steps=total_steps, seconds=config.seconds,
                     on_progress=(lambda step: progress(step, total_steps)) if progress else None)
     with _signals_stop(budget):  # from here on, a stop signal ends the run with a result
-        return _build_and_run(config, plan, algorithm, hp, budget, progress)
+        return _build_and_run(config, plan, algorithm, hp, budget, progress, fingerprint)
 
 
 @dataclass
@@ -265,11 +269,8 @@ def _steady(stats: LoopStats, t0: float, evaluating_s: float = 0.0) -> dict[str,
 
 
 def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budget: Budget,
-                   progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+                   progress: Callable[[int, int], None] | None, fingerprint: dict[str, Any]) -> dict[str, Any]:
     total_steps = budget.total_steps
-    # before the run: plugins' fingerprints import native modules (pyopencl), and a second Ctrl-C or SIGTERM
-    # raised inside such an import at the end of a run aborted the process instead of exiting 130/143
-    fingerprint = machine_fingerprint()
     meters = EnergyMeters(config)
     started_unix = time.time()
     cpu0 = own_cpu_s()

@@ -9,7 +9,7 @@ from typing import Any
 from rlbench.config import ACTOR_COMPUTE, RunConfig, actor_compute_of, component_kind
 from rlbench.errors import InvalidCombinationError, UnavailableComponentError, UnknownComponentError
 from rlbench.protocols import LAUNCHERS, PLACEABLE_ROLES, PLACEMENTS
-from rlbench.registry import Component, Registry
+from rlbench.registry import Component, Registry, normalised
 
 DEFAULT_REPLAY = "prioritized"
 
@@ -357,7 +357,7 @@ def selected_names(config: RunConfig) -> dict[str, str | None]:
 
 
 def options_from_flags(values: dict[str, Any], config: RunConfig, registry: Registry) -> dict[str, dict[str, Any]]:
-    """Plugins' run options given by flag (`--dpus`, or `dpus` in a run file) as RunConfig.options
+    """Plugins' run options given by flag (`--upmem-dpus`, or `upmem-dpus` in a run file) as RunConfig.options
     ({kind: {param: value}}). A flag belongs to one component: it is refused when the run selects
     another, even where two components name their parameter alike."""
     options: dict[str, dict[str, Any]] = {}
@@ -376,7 +376,7 @@ def options_from_flags(values: dict[str, Any], config: RunConfig, registry: Regi
 def _option_for(flag: str, registry: Registry) -> Any:
     wanted = "--" + flag.lstrip("-")
     for option in registry.run_options:
-        if option.flag == wanted:
+        if normalised(option.flag) == normalised(wanted):  # one namespace: case and '-'/'_' aside
             return option
     import difflib
 

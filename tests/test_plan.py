@@ -576,7 +576,7 @@ def test_run_plan_runs_the_written_configuration_unchanged(tmp_path):
 
     here = profile.this_host_key()
     document = handmade(here)
-    job_figures(document, TAXI, here)["settings"][0]["fixed_s"] = 1.0  # a slow cpu: upmem and its --dpus win
+    job_figures(document, TAXI, here)["settings"][0]["fixed_s"] = 1.0  # a slow cpu: upmem and its --upmem-dpus win
     profile_path = tmp_path / "profile.json"
     profile_path.write_text(json.dumps(document))
     plan_file = tmp_path / "plan.toml"
@@ -586,7 +586,7 @@ def test_run_plan_runs_the_written_configuration_unchanged(tmp_path):
 
     written = read_toml(plan_file)
     assert written["plan"]["schema"] == planner.PLAN_SCHEMA
-    assert written["compute"] == "upmem" and written["options"] == {"dpus": 64}
+    assert written["compute"] == "upmem" and written["options"] == {"upmem-dpus": 64}
     done = run_cli("run", "--plan", str(plan_file), "--no-out", "--json", "--eval-episodes", "0")
     assert done.returncode == 0, done.stderr
     config = json.loads(done.stdout)["config"]

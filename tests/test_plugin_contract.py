@@ -1,7 +1,9 @@
 """The plugin contract at its edges (issue #21, items 6-9): names belong to one plugin and a clash
 refuses a plugin wholly; a lowered transport limit is checked before a run starts; the conformance
 kits check what a run really asks of a transport and an environment; exit codes and refusals say
-what happened and suggest only what would work."""
+what happened and suggest only what would work. Issue #42, items 1-3: the contract has a version,
+a changelog and deprecations; names are one normalised namespace (flags, commands, entry points);
+a plugin whose any hook raises is refused wholly."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 from ray_support import ray_unavailable
 from support import REPO, rlb_processes, run_cli, write_plugin_dist
 from rlbench import plugins
+from rlbench.builtin.transports.inproc import InprocTransport
 from rlbench.builtin.transports.tcp import TcpTransport
 from rlbench.config import RunConfig
 from rlbench.errors import InvalidCombinationError
@@ -559,3 +562,277 @@ def test_a_refusal_on_one_host_still_suggests_the_one_host_transports():
         validate(RunConfig(placement="server", transport="inproc"), registry)
     suggested = str(refused.value).rpartition("would work: ")[2].split(", ")
     assert {"shm", "pipe", "tcp"} <= set(suggested) and "jumbled" not in suggested, suggested
+
+
+# ================================================================ issue #42, item 1: a versioned contract
+def test_the_plugin_api_has_a_version_whose_changelog_lists_each_contract_change():
+    from rlbench.kit import API_VERSION
+    from rlbench.kit.api import parse
+
+    assert parse(API_VERSION) >= (1, 1)
+    changelog = (REPO / "docs" / "plugin-api-changelog.md").read_text()
+    assert f"\n## {API_VERSION}\n" in changelog  # each version has its section
+    this_version = changelog.split(f"\n## {API_VERSION}\n", 1)[1].split("\n## ", 1)[0]
+    for change in ("max_queued_bytes=", "bounded per-peer outbox", "expect_admission", "admit(peer)"):
+        assert change in this_version, change
+
+
+def plugin_targeting(version):
+    """A plugin object that declares the plugin API it targets, with one prefixed run option."""
+
+    class Targets:
+        RLBENCH_API = version
+
+        @hookimpl
+        def rlbench_register_transports(self, register):
+            register("aimed", "x:y", capabilities=CROSSES_HOSTS)
+
+        @hookimpl
+        def rlbench_register_run_options(self, option):
+            option("transport", "aimed", "--aimed-port", "port", type=int)
+
+    return Targets()
+
+
+@pytest.mark.parametrize("version, reason", [
+    ("2.0", "targets plugin API 2.0, a newer major version than this rlbench's 1.1"),
+    ("0.9", "targets plugin API 0.9, an older major version than this rlbench's 1.1"),
+    ("1.99", "targets plugin API 1.99, newer than this rlbench's 1.1: upgrade rlbench"),
+    ("1.1.0", "RLBENCH_API must be a 'MAJOR.MINOR' string"),
+])
+def test_a_plugin_that_targets_an_api_this_rlbench_does_not_serve_is_refused_with_the_reason(version, reason):
+    registry, manager = plugins.build([("aimed", plugin_targeting(version))], load_entry_points=False)
+    assert "aimed" not in registry.names("transport") and not manager.has_plugin("aimed")
+    assert reason in dict((b.name, b.error) for b in registry.broken)["aimed"]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", None])
+def test_a_plugin_that_targets_this_major_at_or_below_its_minor_loads(version):
+    plugin = plugin_targeting(version)
+    if version is None:
+        del type(plugin).RLBENCH_API
+    registry, _ = plugins.build([("aimed", plugin)], load_entry_points=False)
+    assert registry.get("transport", "aimed").plugin == "aimed" and not registry.broken
+    assert registry.targets["aimed"] == (version or "1.0")  # undeclared: the contract before versions
+
+
+class Unprefixed:
+    """A run option named without its owner's prefix, as the upmem plugin's --partition was."""
+
+    @hookimpl
+    def rlbench_register_compute_backends(self, register):
+        from rlbench.builtin import capabilities
+
+        register("sharder", "x:y", capabilities=capabilities.CPU)
+
+    @hookimpl
+    def rlbench_register_run_options(self, option):
+        option("compute", "sharder", "--partition", "partition")
+
+
+def test_an_unprefixed_flag_is_deprecated_for_a_1_0_plugin_and_refused_for_one_that_targets_1_1():
+    from rlbench.kit import PluginAPIDeprecationWarning
+
+    with pytest.warns(PluginAPIDeprecationWarning, match=r"--partition does not start with --sharder- or --sharding-"
+                                                         r".*an error from 2.0"):
+        registry, _ = plugins.build([("sharding", Unprefixed())], load_entry_points=False)
+    assert registry.get("compute", "sharder").plugin == "sharding"
+    assert "--partition" in [o.flag for o in registry.run_options]
+    assert [plugin for plugin, _ in registry.deprecations] == ["sharding"]
+
+    opted_in = Unprefixed()
+    opted_in.RLBENCH_API = "1.1"
+    registry, _ = plugins.build([("sharding", opted_in)], load_entry_points=False)
+    assert "sharder" not in registry.names("compute")
+    assert "a rule since plugin API 1.1" in dict((b.name, b.error) for b in registry.broken)["sharding"]
+
+
+class QueuesWithoutBound(InprocTransport):
+    """A transport written for plugin API 1.0: its factory takes no max_queued_bytes=."""
+
+    def __init__(self, max_message_bytes=None):
+        super().__init__(max_message_bytes)
+
+
+def test_a_transport_written_for_api_1_0_passes_the_kit_with_a_warning_naming_2_0_not_a_failure():
+    from rlbench.kit import PluginAPIDeprecationWarning
+
+    with pytest.warns(PluginAPIDeprecationWarning, match=r"must take max_queued_bytes=.*an error from 2\.0"):
+        check_transport(QueuesWithoutBound, cross_process=False, sizes=(0, 1, 4096), timeout=3.0)
+
+
+def test_a_transport_whose_plugin_targets_1_1_fails_the_kit_without_max_queued_bytes(monkeypatch):
+    class Declares:
+        RLBENCH_API = "1.1"
+
+        @hookimpl
+        def rlbench_register_transports(self, register):
+            register("unbounded", QueuesWithoutBound, capabilities=InprocTransport.capabilities)
+
+    registry, manager = plugins.build([("declares", Declares())], load_entry_points=False)
+    monkeypatch.setattr(plugins, "_registry", registry)  # the process-wide registry the kit reads
+    monkeypatch.setattr(plugins, "_manager", manager)
+    with pytest.raises(AssertionError, match=r"must take max_queued_bytes=.*a rule since plugin API 1\.1"):
+        check_transport("unbounded", cross_process=False, sizes=(0, 1, 4096), timeout=3.0)
+
+
+# ================================================================ issue #42, item 2: one normalised namespace
+def flagged(plugin, flag):
+    class Flagged:
+        @hookimpl
+        def rlbench_register_transports(self, register):
+            register(plugin, "x:y", capabilities=CROSSES_HOSTS)
+
+        @hookimpl
+        def rlbench_register_run_options(self, option):
+            option("transport", plugin, flag, "endpoint")
+
+    return Flagged()
+
+
+def test_flags_that_differ_only_in_dash_or_underscore_are_one_flag_refused_naming_both_spellings():
+    registry, _ = plugins.build([("zmq", flagged("zmq", "--zmq-endpoint")),
+                                 ("zmqx", flagged("zmqx", "--zmq_endpoint"))], load_entry_points=False)
+    assert not {"zmq", "zmqx"} & set(registry.names("transport"))
+    errors = dict((b.name, b.error) for b in registry.broken)
+    assert "run option --zmq-endpoint is also registered by plugin 'zmqx' as --zmq_endpoint" in errors["zmq"]
+    assert "run option --zmq_endpoint is also registered by plugin 'zmq' as --zmq-endpoint" in errors["zmqx"]
+    registry, _ = plugins.build([("replay", flagged("replay-x", "--replay_shards"))], load_entry_points=False)
+    assert ("run option --replay_shards is one of `rlbench run`'s own (--replay-shards)"
+            in dict((b.name, b.error) for b in registry.broken)["replay"])
+
+
+def commands_of(plugin, *paths):
+    """A plugin that adds (or replaces) the commands at `paths` ("doctor", "bench transport")."""
+    import click
+
+    class Commands:
+        @hookimpl
+        def rlbench_register_transports(self, register):
+            register(f"{plugin}-link", "x:y", capabilities=CROSSES_HOSTS)
+
+        @hookimpl
+        def rlbench_register_commands(self, cli):
+            for path in paths:
+                group, _, name = path.rpartition(" ")
+                (cli.commands[group] if group else cli).add_command(click.Command(name, help=f"{plugin}'s"))
+
+    return Commands()
+
+
+def test_a_plugin_command_never_replaces_rlbenchs_own_or_another_plugins_command():
+    registry, _ = plugins.build([("hijack", commands_of("hijack", "run")),
+                                 ("benchy", commands_of("benchy", "bench transport")),
+                                 ("one", commands_of("one", "doctor", "bench one")),
+                                 ("two", commands_of("two", "Doctor"))], load_entry_points=False)
+    errors = dict((b.name, b.error) for b in registry.broken)
+    assert "command `rlbench run` is one of rlbench's own (a plugin adds commands, it never replaces one)" \
+        in errors["hijack"]
+    assert "command `rlbench bench transport` is one of rlbench's own" in errors["benchy"]
+    assert "command `rlbench doctor` is also registered by plugin 'two' as Doctor" in errors["one"]
+    assert "command `rlbench Doctor` is also registered by plugin 'one' as doctor" in errors["two"]
+    assert registry.plugins == ["builtin"] and registry.commands == []
+    assert not [n for n in registry.names("transport") if n.endswith("-link")]
+
+    registry, _ = plugins.build([("one", commands_of("one", "doctor", "bench one"))], load_entry_points=False)
+    assert [(c.plugin, c.path) for c in registry.commands] == [("one", "doctor"), ("one", "bench one")]
+
+
+def test_rlbenchs_reserved_commands_are_exactly_its_own():
+    from rlbench.cli import bench, cli
+    from rlbench.config import CORE_COMMANDS
+
+    own = {name for name in cli.commands if not any(c.path == name for c in plugins.get_registry().commands)}
+    own |= {f"bench {name}" for name in bench.commands
+            if not any(c.path == f"bench {name}" for c in plugins.get_registry().commands)}
+    assert own | {"run"} == set(CORE_COMMANDS)
+
+
+def test_two_distributions_with_one_entry_point_name_are_both_refused_in_one_line_naming_both(plugin_dir):
+    import sys
+
+    for dist, module in (("rlbench-fancy", "rlbench_fancy_a"), ("fancy-fork", "rlbench_fancy_b")):
+        write_plugin_dist(plugin_dir, dist, "fancy", module, ZMQ_DIST.format(name=module))
+    registry, _ = plugins.build()
+    refusals = [b.error for b in registry.broken if b.name == "fancy"]
+    assert len(refusals) == 2 and all(len(error) < 300 for error in refusals), refusals
+    assert all("distribution 'rlbench-fancy'" in error and "distribution 'fancy-fork'" in error for error in refusals)
+    assert not {"rlbench_fancy_a", "rlbench_fancy_b"} & set(registry.names("transport"))
+    assert not {"rlbench_fancy_a", "rlbench_fancy_b"} & set(sys.modules)  # neither was imported: no winner
+
+
+def test_rlbenchs_own_plugins_prefix_their_flags_so_a_third_partys_partition_loads_beside_upmem():
+    upmem = pytest.importorskip("rlbench_upmem.plugin")
+    with pytest.warns(DeprecationWarning, match="--partition"):  # the third party's, a 1.0 plugin's
+        registry, _ = plugins.build([("upmem", upmem), ("sharding", Unprefixed())], load_entry_points=False)
+    assert not registry.broken
+    assert registry.get("compute", "upmem").plugin == "upmem" and registry.get("compute", "sharder")
+    flags = {o.flag for o in registry.options_for("compute", "upmem")}
+    assert {"--upmem-dpus", "--upmem-partition"} <= flags and not {"--dpus", "--partition"} & flags
+    # the rule is enforced for the built-in plugins: they target this API, so a lapse refuses them
+    assert registry.targets["builtin"] == registry.targets["upmem"] == "1.1"
+    assert [plugin for plugin, _ in registry.deprecations] == ["sharding"]
+
+
+# ================================================================ issue #42, item 3: no half-loading
+class RaisesIn:
+    """A transport and a run option, and one hook that raises."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    @hookimpl
+    def rlbench_register_transports(self, register):
+        register("half", "x:y", capabilities=CROSSES_HOSTS)
+
+    @hookimpl
+    def rlbench_register_run_options(self, option):
+        option("transport", "half", "--half-speed", "speed", type=int)
+
+    @hookimpl
+    def rlbench_register_commands(self, cli):
+        if self.hook == "commands":
+            raise RuntimeError("click is too old")
+
+    @hookimpl
+    def rlbench_fingerprint(self):
+        if self.hook == "fingerprint":
+            raise RuntimeError("no device node")
+        return {"devices": 0}
+
+
+def nothing_of(registry, plugin):
+    return ("half" not in registry.names("transport") and not [o for o in registry.run_options if o.plugin == plugin]
+            and not [c for c in registry.commands if c.plugin == plugin] and plugin not in registry.plugins)
+
+
+def test_a_plugin_whose_commands_hook_raises_is_refused_wholly():
+    registry, manager = plugins.build([("halfway", RaisesIn("commands"))], load_entry_points=False)
+    assert nothing_of(registry, "halfway") and not manager.has_plugin("halfway")
+    assert "rlbench_register_commands failed: RuntimeError: click is too old" in \
+        dict((b.name, b.error) for b in registry.broken)["halfway"]
+
+
+def test_a_plugin_whose_fingerprint_raises_is_refused_wholly_and_rlbench_list_says_why(monkeypatch):
+    from click.testing import CliRunner
+
+    from rlbench.cli import list_components
+    from rlbench.errors import UnknownComponentError
+    from rlbench.fingerprint import machine_fingerprint
+    from rlbench.runner import run
+
+    registry, manager = plugins.build([("halfway", RaisesIn("fingerprint"))], load_entry_points=False)
+    monkeypatch.setattr(plugins, "_registry", registry)  # what `rlbench list` reads
+    monkeypatch.setattr(plugins, "_manager", manager)
+    listing = CliRunner().invoke(list_components, ["--json"])
+    assert listing.exit_code == 0, listing.output
+    data = json.loads(listing.output)
+    assert not [c for c in data["components"] if c["plugin"] == "halfway"]
+    assert "rlbench_fingerprint failed: RuntimeError: no device node" in \
+        {b["plugin"]: b["error"] for b in data["broken_plugins"]}["halfway"]
+    assert nothing_of(registry, "halfway") and not manager.has_plugin("halfway")
+    assert "halfway" not in machine_fingerprint(registry)["plugins"]
+
+    registry, _ = plugins.build([("halfway", RaisesIn("fingerprint"))], load_entry_points=False)
+    with pytest.raises(UnknownComponentError, match="plugins that failed to load: halfway"):  # before any role starts
+        run(RunConfig(placement="server", transport="half", steps=100, eval_episodes=0, out=None), registry=registry)

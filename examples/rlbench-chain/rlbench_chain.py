@@ -24,6 +24,8 @@ from rlbench.kit.checks import non_negative, positive_int
 from rlbench.kit.environment import ActionCheck
 from rlbench.protocols import EnvironmentCapabilities, EnvSpec, StepResult
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 CAPABILITIES = EnvironmentCapabilities(action_space="discrete", observation_space="discrete", max_episode_steps=100)
 DEFAULT_LENGTH = 5  # Strens' chain
 DEFAULT_SLIP = 0.2  # Strens' chain

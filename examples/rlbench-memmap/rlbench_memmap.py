@@ -17,6 +17,8 @@ from rlbench.errors import RlbenchError
 from rlbench.hookspecs import hookimpl
 from rlbench.protocols import ReplayCapabilities, Sample
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 CAPABILITIES = ReplayCapabilities(prioritized=False, device="disk")
 
 

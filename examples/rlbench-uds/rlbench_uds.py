@@ -66,6 +66,8 @@ from rlbench.kit.framing import (
 )
 from rlbench.protocols import TransportCapabilities
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 CAPABILITIES = TransportCapabilities(max_message_bytes=1 << 30, reliable=True, ordered=True,
                                      crosses_processes=True, crosses_hosts=False, admission=True)
 SCHEME = "uds"

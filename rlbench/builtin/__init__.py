@@ -11,7 +11,10 @@ import platform
 
 from rlbench.builtin import capabilities as caps
 from rlbench.hookspecs import hookimpl
+from rlbench.kit.api import API_VERSION
 from rlbench.protocols import EnvironmentCapabilities, Probe, probe_modules
+
+RLBENCH_API = API_VERSION  # the core targets the plugin API it is (rlbench.kit.api)
 
 
 @hookimpl

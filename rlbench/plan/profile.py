@@ -66,7 +66,7 @@ and `rlbench plan` refuses such a profile unless told `--allow-contended`.
     here) is calibrated at its own k = 4 on warm-ups of ~900 steps and windows of ~650, never its
     preset's learning_starts of 80,000, which a profile could not wait for (docs/planner.md).
 
-  For tabular algorithms offline (SwiftRL): per compute backend and setting (``--dpus`` counts of
+  For tabular algorithms offline (SwiftRL): per compute backend and setting (``--upmem-dpus`` counts of
   the upmem plugin), ``fit_offline`` timed at two dataset sizes and fitted as
   ``seconds = fixed + per_update * updates``; a backend that also returns a hardware prediction
   (upmem's cost model) has it fitted the same way and kept apart, labelled ``modelled``.
@@ -106,7 +106,7 @@ SCHEDULE_HYPERPARAMETERS = frozenset({
     "exploration_fraction", "per_beta_start", "per_beta_end", "per_eps"})
 # Plugin run options that set a component's parallelism, and the values a profile measures (and a
 # plan may choose). Keyed by the option's flag.
-OPTION_SWEEPS: dict[str, tuple[Any, ...]] = {"--dpus": (64, 256, 1024, 2048)}
+OPTION_SWEEPS: dict[str, tuple[Any, ...]] = {"--upmem-dpus": (64, 256, 1024, 2048)}
 DEFAULT_CALIBRATED = ("shm",)  # transports with calibration runs (the rest: replay-node figures + pooled loop costs)
 TRANSPORT_TIME_LIMIT_S = 30.0  # a transport whose measurements take longer is left out (with the reason): an
 # image job's node figures alone take 5-10 s a transport on a busy host (its messages are megabytes)

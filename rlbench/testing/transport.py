@@ -15,7 +15,9 @@ Besides moving messages, it checks the rules every transport keeps:
   peer whose own limit is higher (nothing over the limit is delivered, stats["refused_oversize"]
   counts it, a reliable transport drops that peer, the other peers are still served), and, where
   ends are in different processes, its connection never delivers a message over its limit either;
-- given a factory: it takes `max_queued_bytes=` (kept as `.max_queued_bytes`), and its listener never
+- given a factory: it takes `max_queued_bytes=` (kept as `.max_queued_bytes`; since plugin API 1.1, so
+  a factory that does not take it passes with a PluginAPIDeprecationWarning until 2.0 unless its
+  plugin targets 1.1 or later, and the checks below are skipped), and its listener never
   waits on a peer: sends to a peer that never reads each return at once, and past the bound the peer
   is dropped (SlowConsumerError, stats["slow_consumers"]) while a peer that reads is still answered;
   a peer that reads late gets what was queued for it, whole and in order, while the listener is
@@ -51,6 +53,7 @@ from typing import Any, Callable
 import numpy as np
 
 from rlbench.errors import RlbenchError
+from rlbench.kit import api
 from rlbench.kit.framing import AddressError
 from rlbench.testing.environment import UNKNOWN_OPTION
 
@@ -338,14 +341,15 @@ def check_transport(transport_or_factory: Any, *, cross_process: bool = True,
             assert not thread.is_alive(), "a peer thread did not finish after being told to quit"
         for report in peer_reports + thread_results:
             assert not report["errors"], "; ".join(report["errors"])
-        name = name or _registered_name(transport_or_factory) or listener.address.partition("://")[0]
+        registered = name or _registered_name(transport_or_factory)
+        name = registered or listener.address.partition("://")[0]
         _check_close(transport, listener, timeout, capabilities.reliable)
         _check_listen_address(transport, name, timeout)
         _check_admission(transport, name, timeout)
         if transport is not transport_or_factory:  # a factory, not an instance
             _check_unknown_option(transport_or_factory, name)
             _check_lowered_limit(transport_or_factory, timeout)
-            _check_slow_consumers(transport_or_factory, name, spawn, timeout)
+            _check_slow_consumers(transport_or_factory, name, spawn, timeout, _targeted_api(registered))
     finally:
         listener.close()
         if process is not None and process.is_alive():
@@ -634,6 +638,19 @@ def _check_unknown_option(factory: Any, name: str) -> None:
 # A peer that does not read (the slow-consumer rule of rlbench.protocols.Listener)
 # ------------------------------------------------------------------------------------------------
 _QUEUE_BOUND = 1 << 20  # the max_queued_bytes the check gives the factory
+QUEUE_BOUND_SINCE = "1.1"  # the plugin API that made max_queued_bytes= and the bounded outbox the rule
+
+
+def _targeted_api(registered: str | None) -> str | None:
+    """The plugin API targeted by the plugin that registers transport `registered` (None: a factory
+    of no registered transport, taken as written for 1.0)."""
+    import rlbench
+
+    registry = rlbench.get_registry()
+    try:
+        return registry.targets.get(registry.get("transport", registered).plugin) if registered else None
+    except RlbenchError:
+        return None
 _SEND_WAIT_S = 0.5  # a listener's send may take this long at most (it must not wait on the peer)
 _FLOOD_BYTES = 256 << 20  # what the check sends a peer that never reads before it calls the bound ignored
 
@@ -672,7 +689,7 @@ def _late_reader_process(spec: bytes, address: str, hold_s: float, expect: list[
         results.put({"errors": [f"late reader (spawned process) failed: {type(exc).__name__}: {exc}"]})
 
 
-def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float) -> None:
+def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float, target: str | None) -> None:
     """A listener's send never waits on a peer: to one that never reads, each send returns at once
     and, past `max_queued_bytes` (a factory option), the peer is dropped (SlowConsumerError, counted
     in slow_consumers) while a peer that reads is still answered; one that reads late gets what was
@@ -682,8 +699,15 @@ def _check_slow_consumers(factory: Any, name: str, spawn: bool, timeout: float) 
     try:
         transport = factory(max_queued_bytes=_QUEUE_BOUND)
     except TypeError as exc:
-        raise AssertionError(f"{name}: the factory must take max_queued_bytes= (how much a listener holds for one "
-                             f"peer that does not read; rlbench.kit.framing.Outbox): {exc}") from None
+        # the rule came in plugin API 1.1: a transport written for 1.0 passes with a warning until 2.0
+        message, refused = api.deprecation(
+            f"{name}: the factory must take max_queued_bytes= (how much a listener holds for one peer that does "
+            f"not read; rlbench.kit.framing.Outbox), and its listener must keep a bounded outbox per peer ({exc}); "
+            "the slow-consumer checks did not run", target=target, since=QUEUE_BOUND_SINCE)
+        if refused:
+            raise AssertionError(message) from None
+        api.warn(message, stacklevel=3)
+        return
     assert getattr(transport, "max_queued_bytes", None) == _QUEUE_BOUND, \
         f"{name}: a transport made with max_queued_bytes={_QUEUE_BOUND} must keep it as .max_queued_bytes"
     limit = _limit_of(transport)

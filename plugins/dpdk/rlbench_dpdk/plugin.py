@@ -7,6 +7,8 @@ from typing import Any
 from rlbench.hookspecs import hookimpl
 from rlbench_dpdk.capabilities import CAPABILITIES, DEFAULT_MTU, MEMIF_MTU_RANGE
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 
 @hookimpl
 def rlbench_register_transports(register: Any) -> None:

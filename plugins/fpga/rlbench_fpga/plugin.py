@@ -6,6 +6,8 @@ from rlbench.hookspecs import hookimpl
 from rlbench.protocols import Probe, probe_modules
 from rlbench_fpga.capabilities import COMPUTE_CAPABILITIES, LEARNER_NOTE, REPLAY_CAPABILITIES
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 
 @hookimpl
 def rlbench_register_replay_memories(register):

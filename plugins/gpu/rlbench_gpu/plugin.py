@@ -13,6 +13,8 @@ from rlbench.hookspecs import hookimpl
 from rlbench_gpu.capabilities import COMPUTE_CAPABILITIES, ENVIRONMENT_CAPABILITIES, REPLAY_CAPABILITIES, probe
 from rlbench_gpu.fingerprint import gpu_fingerprint
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 
 @hookimpl
 def rlbench_register_compute_backends(register):

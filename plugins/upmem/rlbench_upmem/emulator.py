@@ -101,13 +101,13 @@ class DpuBudget:
             raise WorkloadDoesNotFitError(
                 f"workload does not fit a DPU's MRAM: {self.chunk_records:,} transitions x {RECORD_BYTES} B + "
                 f"Q-table {self.table_entries:,} x 5 B = {self.mram_bytes / MiB:.1f} MiB > {hw.mram_bytes // MiB} MiB; "
-                f"use more DPUs (--dpus)")
+                f"use more DPUs (--upmem-dpus)")
         if self.wram_bytes > hw.wram_bytes:
             per_tasklet = BLOCK_RECORDS * RECORD_BYTES + hw.stack_bytes_per_tasklet
             raise WorkloadDoesNotFitError(
                 f"workload does not fit a DPU's WRAM: Q-table {self.table_entries:,} entries x 5 B + "
                 f"{self.tasklets} tasklets x {per_tasklet} B = {self.wram_bytes / KiB:.1f} KiB > "
-                f"{hw.wram_bytes // KiB} KiB; use fewer tasklets (--tasklets) or a smaller table")
+                f"{hw.wram_bytes // KiB} KiB; use fewer tasklets (--upmem-tasklets) or a smaller table")
 
 
 def _align8(n: int) -> int:
@@ -122,11 +122,13 @@ class PimSystem:
         choose(numeric, NUMERICS, "numeric")
         dpus = dpu_count(dpus, hardware)
         if not 1 <= tasklets <= hardware.max_tasklets:
-            raise RlbenchError(f"--tasklets must be between 1 and {hardware.max_tasklets}, got {tasklets}")
+            raise RlbenchError(f"tasklets (--upmem-tasklets) must be between 1 and {hardware.max_tasklets}, "
+                               f"got {tasklets}")
         if not 1 <= n_actions <= 255:
             raise RlbenchError(f"the DPU record stores actions in one byte: at most 255 actions, got {n_actions}")
         if numeric == "int32" and not 1 <= scale <= 1 << 30:
-            raise RlbenchError(f"--fixed-point-scale must be between 1 and 2**30, got {scale}")
+            raise RlbenchError(f"fixed-point-scale (--upmem-fixed-point-scale) must be between 1 and 2**30, "
+                               f"got {scale}")
         self.dpus, self.n_states, self.n_actions = dpus, n_states, n_actions
         self.tasklets, self.numeric, self.scale, self.hardware = tasklets, numeric, int(scale), hardware
         self.ranks = math.ceil(dpus / hardware.dpus_per_rank)
@@ -178,7 +180,8 @@ class PimSystem:
         if scaled.size and np.abs(scaled).max() > np.iinfo(np.int32).max:
             raise RlbenchError(
                 f"{what} values up to {np.abs(values).max():g} overflow INT32 at fixed-point scale {self.scale}; "
-                f"lower --fixed-point-scale below {int(np.iinfo(np.int32).max / np.abs(values).max())}")
+                f"lower fixed-point-scale (--upmem-fixed-point-scale) below "
+                f"{int(np.iinfo(np.int32).max / np.abs(values).max())}")
         return scaled.astype(np.int32)
 
     # -- one round: host -> DPU broadcast, the DPU program, DPU -> host gather and aggregation ---------
@@ -279,7 +282,7 @@ def run_offline(system: PimSystem, dataset: Mapping[str, np.ndarray], q_host: np
     if epochs < 1:
         raise RlbenchError(f"epochs must be >= 1, got {epochs}")
     if sync_every is not None and sync_every < 1:
-        raise RlbenchError(f"--sync-every must be >= 1 epoch, got {sync_every}")
+        raise RlbenchError(f"sync-every (--upmem-sync-every) must be >= 1 epoch, got {sync_every}")
     per_round = epochs if sync_every is None else min(sync_every, epochs)
     seconds = {"scatter": 0.0, "broadcast": 0.0, "kernel": 0.0, "gather_aggregate": 0.0}
     moved = {"host_to_dpu": 0, "dpu_to_host": 0}

@@ -69,17 +69,18 @@ MAX_DPUS = UPMEM.max_dpus  # 2,560: beyond it there is no hardware whose time th
 
 
 def dpu_count(value: object, hardware: DpuHardware = UPMEM) -> int:
-    """A --dpus value as an int, refused in one line unless 1 <= value <= the modelled server's DPUs.
-    Also the type of `rlbench run`'s --dpus (the CLI prints the RlbenchError in one line, exit 2)."""
+    """A DPU count as an int, refused in one line unless 1 <= value <= the modelled server's DPUs.
+    The type of `rlbench run`'s --upmem-dpus and of the upmem commands' --dpus, so the message names
+    no flag (the CLI prints the RlbenchError in one line, exit 2)."""
     try:
         dpus = None if isinstance(value, bool) else int(value) if isinstance(value, str) else operator.index(value)
     except (TypeError, ValueError):
         dpus = None
     if dpus is None or dpus < 1:
-        raise RlbenchError(f"--dpus must be a positive integer, got {value!r}")
+        raise RlbenchError(f"the DPU count must be a positive integer, got {value!r}")
     if dpus > hardware.max_dpus:
         raise RlbenchError(
-            f"--dpus {dpus:,} is more than the modelled hardware has: {hardware.max_dpus:,} DPUs in a "
+            f"{dpus:,} DPUs is more than the modelled hardware has: {hardware.max_dpus:,} DPUs in a "
             f"{hardware.dimms_per_server}-DIMM UPMEM server ({hardware.dimms_per_server} DIMMs x "
             f"{hardware.dpus_per_dimm} DPUs)")
     return dpus

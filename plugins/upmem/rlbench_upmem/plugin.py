@@ -7,6 +7,8 @@ from rlbench.hookspecs import hookimpl
 from rlbench_upmem.capabilities import CAPABILITIES, fingerprint
 from rlbench_upmem.hardware import MAX_DPUS, dpu_count
 
+RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
+
 
 @hookimpl
 def rlbench_register_compute_backends(register):
@@ -17,17 +19,17 @@ def rlbench_register_compute_backends(register):
 
 @hookimpl
 def rlbench_register_run_options(option):
-    option("compute", "upmem", "--dpus", "dpus", type=dpu_count, default=64,
+    option("compute", "upmem", "--upmem-dpus", "dpus", type=dpu_count, default=64,
            help=f"DPUs to emulate (64 per rank, at most {MAX_DPUS:,}); the offline dataset is split across them")
-    option("compute", "upmem", "--numeric", "numeric", default="fp32", choices=("fp32", "int32"),
+    option("compute", "upmem", "--upmem-numeric", "numeric", default="fp32", choices=("fp32", "int32"),
            help="DPU arithmetic: fp32 (software float) or int32 fixed point")
-    option("compute", "upmem", "--partition", "partition", default="contiguous",
+    option("compute", "upmem", "--upmem-partition", "partition", default="contiguous",
            choices=("contiguous", "stride", "random"), help="how dataset rows are assigned to DPUs")
-    option("compute", "upmem", "--fixed-point-scale", "fixed_point_scale", type=int, default=1 << 16,
+    option("compute", "upmem", "--upmem-fixed-point-scale", "fixed_point_scale", type=int, default=1 << 16,
            help="int32 numerics: a value v is stored as round(v * scale)")
-    option("compute", "upmem", "--tasklets", "tasklets", type=int, default=16,
+    option("compute", "upmem", "--upmem-tasklets", "tasklets", type=int, default=16,
            help="tasklets per DPU (1..24; fewer than 11 leave the pipeline idle in the cost model)")
-    option("compute", "upmem", "--sync-every", "sync_every", type=int, default=1,
+    option("compute", "upmem", "--upmem-sync-every", "sync_every", type=int, default=1,
            help="epochs between host aggregations and re-broadcasts (>= the epoch count: once, at the end)")
 
 

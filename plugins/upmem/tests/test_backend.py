@@ -70,7 +70,7 @@ def test_deep_algorithms_are_refused_plainly():
 def test_bad_settings_are_refused_at_construction():
     with pytest.raises(RlbenchError, match="did you mean 'random'"):
         UpmemCompute(partition="randon")
-    with pytest.raises(RlbenchError, match="--dpus must be a positive integer"):
+    with pytest.raises(RlbenchError, match="the DPU count must be a positive integer"):
         UpmemCompute(dpus=0)
     with pytest.raises(RlbenchError, match="WRAM"):
         UpmemCompute().tabular(20_000, 4)

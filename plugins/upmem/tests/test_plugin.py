@@ -29,9 +29,10 @@ def test_registers_compute_backend_and_run_options():
     assert "deep algorithms" in component.capabilities.does_not
     assert component.probe().available
     flags = {o.flag: o for o in registry.options_for("compute", "upmem")}
-    assert set(flags) == {"--dpus", "--numeric", "--partition", "--fixed-point-scale", "--tasklets", "--sync-every"}
-    assert flags["--numeric"].choices == ("fp32", "int32")
-    backend = component.create(**{flags["--dpus"].param: 8, flags["--numeric"].param: "int32"})
+    assert set(flags) == {"--upmem-dpus", "--upmem-numeric", "--upmem-partition", "--upmem-fixed-point-scale",
+                      "--upmem-tasklets", "--upmem-sync-every"}  # prefixed: flags are one namespace
+    assert flags["--upmem-numeric"].choices == ("fp32", "int32")
+    backend = component.create(**{flags["--upmem-dpus"].param: 8, flags["--upmem-numeric"].param: "int32"})
     assert backend.tabular(16, 4).dpus == 8
 
 
@@ -61,13 +62,13 @@ def test_fingerprint_says_it_is_an_emulator():
 
 def test_run_option_refuses_more_dpus_than_the_modelled_server_has():
     flags = {o.flag: o for o in get_registry().options_for("compute", "upmem")}
-    assert flags["--dpus"].type("2560") == 2560
+    assert flags["--upmem-dpus"].type("2560") == 2560
     out = subprocess.run([sys.executable, "-m", "rlbench", "run", "--algo", "qlearning", "--env", "FrozenLake-v1",
-                          "--compute", "upmem", "--dataset", "10000", "--dpus", "100000", "--no-out"],
+                          "--compute", "upmem", "--dataset", "10000", "--upmem-dpus", "100000", "--no-out"],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--dpus 100,000" in lines[0] and "2,560 DPUs" in lines[0], out.stderr
+    assert len(lines) == 1 and "100,000 DPUs" in lines[0] and "2,560 DPUs" in lines[0], out.stderr
 
 
 @pytest.mark.parametrize("args", [["scale", "--dpus", "64,2561"], ["bench", "--dpus", "2561"]])
