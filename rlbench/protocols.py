@@ -93,6 +93,11 @@ class ReplayCapabilities:
     frames: bool = False
 
 
+# What a compute backend gives a role, by the names of the ComputeBackend methods that give it: the
+# vocabulary of ComputeCapabilities.provides and AlgorithmCapabilities.needs.
+COMPUTE_SERVICES = ("torch_device", "mlp_inference", "cnn_inference", "tabular")
+
+
 # Role names for compute backends: "<algorithm>:<role>", role one of actor, learner, tabular.
 @dataclass(frozen=True)
 class ComputeCapabilities:
@@ -102,9 +107,15 @@ class ComputeCapabilities:
     # the networks its inference engines and learners' device run: "mlp" (mlp_inference) and "cnn"
     # (cnn_inference, rlbench.kit.networks.ConvNetSpec); a run on image observations needs "cnn"
     networks: frozenset[str] = frozenset({"mlp"})
+    # what it gives any algorithm, COMPUTE_SERVICES names: it runs every role whose declared needs
+    # (AlgorithmCapabilities.needs) it provides, whatever the algorithm is called, beside those `roles` names
+    provides: frozenset[str] = frozenset()
 
-    def supports(self, algorithm: str, role: str) -> bool:
-        return f"{algorithm}:{role}" in self.roles or f"*:{role}" in self.roles
+    def supports(self, algorithm: str, role: str, needs: frozenset[str] | None = None) -> bool:
+        """Whether it runs `role` of `algorithm`: named in `roles` ("<algorithm>:<role>" or
+        "*:<role>"), or the role's declared `needs` (AlgorithmCapabilities.needs_of) are all provided."""
+        return (f"{algorithm}:{role}" in self.roles or f"*:{role}" in self.roles
+                or (needs is not None and needs <= self.provides))
 
 
 SpaceKind = Literal["discrete", "continuous", "image"]  # image: uint8 frames (EnvSpec.observation_kind)
@@ -149,6 +160,26 @@ class AlgorithmCapabilities:
     # its learner has state_dict() / load_state_dict(state) (torch values: networks, optimizers, its
     # update count), so a distributed run's checkpoint can hold it (--checkpoint-every)
     checkpoints: bool = False
+    # what each role needs from a compute backend, COMPUTE_SERVICES names: {"actor": {"mlp_inference"},
+    # "learner": {"torch_device"}}; any backend that provides them runs the role (ComputeCapabilities.
+    # supports). Undeclared, only backends that list the algorithm's roles by name run it.
+    needs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown_roles = sorted(set(self.needs) - set(self.roles))
+        if unknown_roles:
+            raise ValueError(f"needs names roles {unknown_roles} that are not among the algorithm's roles "
+                             f"{list(self.roles)}")
+        needs = {role: frozenset(services) for role, services in self.needs.items()}
+        unknown = sorted({service for services in needs.values() for service in services} - set(COMPUTE_SERVICES))
+        if unknown:
+            raise ValueError(f"needs names {unknown}, which no compute backend provides; choose from "
+                             f"{', '.join(COMPUTE_SERVICES)}")
+        object.__setattr__(self, "needs", needs)
+
+    def needs_of(self, role: str) -> frozenset[str] | None:
+        """What `role` needs from a compute backend, or None when the algorithm does not say."""
+        return self.needs.get(role)
 
     def takes_observations(self, kind: str) -> bool:
         """Whether it learns from observations of this kind (discrete, continuous, image)."""
@@ -470,6 +501,7 @@ class Algorithm(Protocol):
     # Distributed algorithms also give `policy_shapes(spec, config) -> list[tuple[int, ...]]`: the shapes
     # of the weights the learner publishes ([W0, b0, ...]), without building anything, so the largest
     # message of a run is known before it starts (and a transport that cannot carry it is refused).
+    # Without it the weights are left out of that check, and the run's result notes so (validate_messages).
 
 
 @runtime_checkable

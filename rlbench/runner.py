@@ -292,7 +292,7 @@ def _build_and_run(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, budge
     cpu = own_cpu_s() - cpu0
     if progress:
         progress(stats.env_steps, total_steps)
-    notes = trained.notes + [f"failure: {f}" for f in trained.failures]
+    notes = plan.notes + trained.notes + [f"failure: {f}" for f in trained.failures]
     if machine.warning:
         notes.append("warning: " + machine.warning)
     periodic = trained.evaluation

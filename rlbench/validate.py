@@ -26,6 +26,7 @@ class Plan:
     policy: Component | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     actor_compute: Component | None = None  # the actors' backend where --actor-compute names another
+    notes: list[str] = field(default_factory=list)  # what the checks could not check, for the run's result
 
     def selected(self) -> dict[str, Component]:
         """The components by kind; the actors' backend under "actor_compute" where it is not compute's
@@ -90,7 +91,7 @@ def validate(config: RunConfig, registry: Registry) -> Plan:
         raise InvalidCombinationError(
             f"{name} needs {wanted} observations, but {environment.name} has "
             f"{env_caps.observation_space} ones; environments that would work: {works}")
-    _check_compute(compute, caps.roles, name, environment, registry)
+    _check_compute(compute, caps.roles, algorithm, environment, registry)
     actor_compute = _checked_actor_compute(config, registry, algorithm, environment)
 
     replay = None
@@ -175,12 +176,15 @@ def _check_listening_host(config: RunConfig, plan: Plan) -> None:
         raise InvalidCombinationError(f"{where}: {exc}") from None
 
 
-def _check_compute(compute: Component, roles: tuple[str, ...], algo: str, environment: Component, registry: Registry,
-                   flag: str = "compute backend") -> None:
-    """`compute` runs each of `roles` of `algo`, and a CNN where the environment's observations are
-    images; refused with the backends that would."""
+def _check_compute(compute: Component, roles: tuple[str, ...], algorithm: Component, environment: Component,
+                   registry: Registry, flag: str = "compute backend") -> None:
+    """`compute` runs each of `roles` of `algorithm` (by name, or providing what the algorithm says
+    each role needs), and a CNN where the environment's observations are images; refused with the
+    backends that would."""
+    algo, caps = algorithm.name, algorithm.capabilities
+
     def works(c: Component) -> bool:
-        return (all(c.capabilities.supports(algo, r) for r in roles)
+        return (all(c.capabilities.supports(algo, r, caps.needs_of(r)) for r in roles)
                 and (environment.capabilities.observation_space != "image" or "cnn" in c.capabilities.networks))
 
     if environment.capabilities.observation_space == "image" and "cnn" not in compute.capabilities.networks:
@@ -191,8 +195,16 @@ def _check_compute(compute: Component, roles: tuple[str, ...], algo: str, enviro
             f"{flag} {compute.name} {runs} ({compute.capabilities.does_not or 'no convolution'}); "
             f"compute backends that run a CNN: {_names_that_work(registry, 'compute', works)}")
     for role in roles:
-        if not compute.capabilities.supports(algo, role):
+        needs, provides = caps.needs_of(role), compute.capabilities.provides
+        if not compute.capabilities.supports(algo, role, needs):
             detail = f" ({compute.capabilities.does_not})" if compute.capabilities.does_not else ""
+            if provides and needs is not None:  # what is missing, where the backend says what it provides
+                detail = (f" (its {role} needs {', '.join(sorted(needs - provides))}, which {compute.name} does not "
+                          f"provide{'; ' + compute.capabilities.does_not if compute.capabilities.does_not else ''})")
+            elif provides:
+                detail += (f"; {algo} does not say what its {role} needs from a compute backend: declare it, e.g. "
+                           f"AlgorithmCapabilities(needs={{'{role}': {{'mlp_inference'}}}}), and any backend that "
+                           "provides it runs the role")
             raise InvalidCombinationError(
                 f"{flag} {compute.name} cannot run the {algo} {role}{detail}; "
                 f"compute backends that can: {_names_that_work(registry, 'compute', works)}")
@@ -220,7 +232,7 @@ def _checked_actor_compute(config: RunConfig, registry: Registry, algorithm: Com
             f"--actor-compute {backend.name}: placement local runs the actor inside the learner's process, on "
             f"--compute {config.compute}; use --placement server or in-network for actor processes on a backend "
             f"of their own, or drop --actor-compute")
-    _check_compute(backend, ("actor",), algorithm.name, environment, registry, flag="--actor-compute")
+    _check_compute(backend, ("actor",), algorithm, environment, registry, flag="--actor-compute")
     return backend
 
 
@@ -425,11 +437,13 @@ def validate_hyperparameters(hp: Any) -> None:
 
 def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, registry: Registry) -> None:
     """Refuse, before any role starts, a transport that cannot carry the run's largest message (the
-    policy's weights, a batch, an insert: an image run's framed, messages.largest_message), or, in
-    network, cannot hold the batches the node pushes ahead of the learner (PUSH_CREDIT of them wait
-    for it at most: a listener drops a peer whose queue passes max_queued_bytes). Builds one
-    environment to learn its shapes."""
-    if plan.transport is None or not hasattr(algorithm, "policy_shapes"):
+    policy's weights, a batch, an insert: an image run's framed, a sharded run's batch with its
+    shard's priority mass, messages.largest_message), or, in network, cannot hold the batches the
+    node pushes ahead of the learner (PUSH_CREDIT of them wait for it at most: a listener drops a
+    peer whose queue passes max_queued_bytes). Builds one environment to learn its shapes. An
+    algorithm without `policy_shapes` has its weights left out of the check, and the plan's notes
+    say so (the run's result carries them)."""
+    if plan.transport is None:
         return
     from rlbench.runtime import transitions
     from rlbench.runtime.distributed import messages, roles
@@ -439,9 +453,15 @@ def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, re
         spec = env.spec
     finally:
         env.close()
-    what, size = messages.largest_message(spec, algorithm.policy_shapes(spec, hp),
+    policy_shapes = getattr(algorithm, "policy_shapes", None)
+    if policy_shapes is None:
+        plan.notes.append(
+            f"the policy's weights were not checked against transport {plan.transport.name}'s max_message_bytes "
+            f"before the start: algorithm {plan.algorithm.name} does not give policy_shapes(spec, config) (the "
+            "shapes of the weights its learner publishes; docs/plugins.md, Algorithms); inserts and batches were")
+    what, size = messages.largest_message(spec, policy_shapes(spec, hp) if policy_shapes is not None else None,
                                           insert_rows=roles.ACTOR_INSERT_TRANSITIONS, batch_size=hp.batch_size,
-                                          frames=transitions.frames_of(spec))
+                                          frames=transitions.frames_of(spec), shards=config.replay_shards)
     capability = plan.transport.capabilities.max_message_bytes
     # the limit the run will use: its roles build the transport with the run's options, as here
     transport = plan.transport.create(**plan.options.get("transport", {}))
@@ -462,7 +482,8 @@ def validate_messages(config: RunConfig, plan: Plan, algorithm: Any, hp: Any, re
             f"message, {what}, is {size:,} bytes; transports that would work: {works}")
     queued = getattr(transport, "max_queued_bytes", None)
     if config.placement == "in-network" and queued is not None:
-        batch = messages.message_sizes(spec, [], insert_rows=1, batch_size=hp.batch_size)["BATCH"]
+        batch = messages.message_sizes(spec, [], insert_rows=1, batch_size=hp.batch_size,
+                                       shards=config.replay_shards)["BATCH"]
         pushed = roles.PUSH_CREDIT * batch
         if pushed > queued:
             raise InvalidCombinationError(

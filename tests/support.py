@@ -110,6 +110,19 @@ def replay_node_dying_at_the_end(spec, announce=None):
     return roles.replay_node_main(spec, announce)
 
 
+def replay_node_whose_memory_fails(spec, announce=None):
+    """A replay node for launcher tests whose memory's add raises as a broken memory would: not a
+    refusal of the insert (an RlbenchError) but the memory itself failing (an OSError)."""
+    from rlbench.builtin import replay
+    from rlbench.runtime.distributed import roles
+
+    def add(self, transitions, priorities=None):
+        raise OSError("No space left on device")
+
+    replay.UniformReplay.add = replay.PrioritizedReplay.add = add
+    return roles.replay_node_main(spec, announce)
+
+
 # ------------------------------------------------------------------------------ a node in a thread
 SECRET = b"s" * 32
 

@@ -303,6 +303,19 @@ def test_a_replay_node_lost_after_the_run_is_a_stop_reason_not_a_crash(monkeypat
     assert result["accounting"]["produced"] >= 800 and result["accounting"]["balanced"]
 
 
+def test_a_replay_memory_that_fails_is_the_runs_headline_reason_not_the_roles_that_stop_after_it(monkeypatch):
+    # issue #42 item 4d: it said "learner stopped before the run was over (exit code 0)" or, a minute later,
+    # that the learner lost the replay node (no batch ever came)
+    from rlbench.runtime import launchers as launcher
+
+    monkeypatch.setitem(launcher.ROLE_FUNCTIONS, "replay", "support:replay_node_whose_memory_fails")
+    result = run(short_config(placement="server", transport="tcp", actors=1, eval_episodes=0))
+    assert result["status"] == "incomplete"
+    assert result["status_reason"] == ("the replay node: its replay memory failed in add: OSError: No space left on "
+                                       "device")
+    assert result["loop"]["roles"]["replay"]["counters"]["memory_failed"] >= 1  # the insert it refused
+
+
 def test_ctrl_c_stops_every_process_and_writes_an_incomplete_result(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "rlbench", "run", "--placement", "in-network", "--transport", "shm",

@@ -178,6 +178,45 @@ class StepsCopiesBeforeCheckingThem(Walk):
         return terminated.astype(np.float32), terminated, ~terminated & (self.t >= self.LIMIT)
 
 
+class StepsCopiesFromTheLastBeforeCheckingThem(Walk):
+    """Moves its copies from the last to the first, checking each one's action as it reaches it: a bad
+    action in the last row is refused before anything moved, one in an earlier row after the copies
+    behind it moved (issue #42 item 5: the kit put bad values in the last row only)."""
+
+    def checked(self, actions):
+        actions = np.asarray(actions)
+        if actions.shape != (self.spec.num_envs,):
+            raise ValueError(f"walk: expected {self.spec.num_envs} actions")
+        return actions
+
+    def move(self, actions):
+        for row in reversed(range(len(actions))):
+            if actions[row] not in (0, 1):
+                raise ValueError(f"walk: action {actions[row]} of copy {row} is not 0 or 1")
+            step = (1 if actions[row] == 0 else -1) * (-1 if self.rng.random() < 0.2 else 1)
+            self.state[row] = min(max(self.state[row] + step, 0), self.size - 1)
+        self.t += 1
+        terminated = self.state == self.size - 1
+        return terminated.astype(np.float32), terminated, ~terminated & (self.t >= self.LIMIT)
+
+
+class CountsARefusedStepOnItsEpisodeClock(Walk):
+    """Counts the step on its episode clock before it checks the actions, as a time limit wrapped around a
+    checking environment would. Its walks of 4 states end long before its 200-step limit, so the few steps
+    the kit's refusals added never showed (issue #42 item 5)."""
+
+    LIMIT = 200
+
+    def __init__(self, num_envs=1, *, seed=None, size=4):
+        super().__init__(num_envs, seed=seed, size=size)
+
+    def step(self, actions):
+        self.t += 1  # counted before the check: a refused step too
+        actions = self.checked(actions)
+        self.t -= 1  # (move counts an accepted step)
+        return super().step(actions)
+
+
 class UnsafeToCloseTwice(Walk):
     def close(self):
         if getattr(self, "closed", False):
@@ -202,12 +241,20 @@ class IntegerFlags(Walk):
     (ReusesItsBuffers, "reuses its buffers"),
     (SwallowsUnknownOptions, "accepted an unknown keyword option"),
     (StepsCopiesBeforeCheckingThem, "a refused step changed the environment"),
+    (StepsCopiesFromTheLastBeforeCheckingThem, "a refused step changed the environment"),
+    (CountsARefusedStepOnItsEpisodeClock, "a refused step changed the environment: step 1's"),  # truncated, reset
     (UnsafeToCloseTwice, "close\\(\\) a second time raised RuntimeError"),
     (IntegerFlags, "terminated int64"),
 ])
 def test_a_broken_toy_fails_naming_its_defect(broken, message):
     with pytest.raises(AssertionError, match=message):
         check_environment(broken)
+
+
+def test_a_correct_short_walk_passes_the_episode_clock_check():
+    # the broken toys above differ from a correct walk only in their defect
+    report = check_environment(lambda num_envs, seed: Walk(num_envs, seed=seed, size=4))
+    assert "12 refused steps leave the episode clock (max_episode_steps=12) as it was" in report.checked
 
 
 def test_an_environment_drawing_from_unseeded_randomness_is_not_deterministic():

@@ -271,6 +271,14 @@ class ReportsThePortItWasGiven(TcpTransport):
         return listener
 
 
+class IgnoresTheHost(TcpTransport):
+    """Listens where it always does, whatever HOST NAME://HOST:0 names: reached on this host, never from
+    another host at the address --bind gave it. The kit handed it 127.0.0.1, where it listens anyway."""
+
+    def listen(self, address=None):
+        return super().listen("tcp://127.0.0.1:0" if address is not None else None)
+
+
 class SwallowsItsOptions(TcpTransport):
     """Any keyword goes: a misspelt option, or max_message_bytes, vanishes without a word."""
 
@@ -300,10 +308,12 @@ class ConnectsWithoutItsLimit(TcpTransport):
 
 
 @pytest.mark.parametrize("broken, message", [
-    (ListensOnlyWhereItChooses, r"listen\('tcp://127.0.0.1:0'\) \(what --bind 127.0.0.1 and --launcher ray hand "
+    (ListensOnlyWhereItChooses, r"listen\('tcp://127.0.0.2:0'\) \(what --bind 127.0.0.2 and --launcher ray hand "
                                 r"it\) raised AddressError"),
-    (ReportsThePortItWasGiven, r"listening at tcp://127.0.0.1:0 \(what --bind 127.0.0.1 and --launcher ray hand it\), "
-                               r"its address tcp://127.0.0.1:0 cannot be reached"),
+    (ReportsThePortItWasGiven, r"listening at tcp://127.0.0.2:0 \(what --bind 127.0.0.2 and --launcher ray hand it\), "
+                               r"its address tcp://127.0.0.2:0 cannot be reached"),
+    (IgnoresTheHost, r"told to listen at tcp://127.0.0.2:0 \(what --bind 127.0.0.2 and --launcher ray hand it\), its "
+                     r"listener's address is tcp://127.0.0.1:\d+: listen at the HOST of NAME://HOST:PORT"),
     (SwallowsItsOptions, r"accepted an unknown option \(rlbench_check_unknown_option=1\)"),
     (DropsItsLimit, r"factory\(max_message_bytes=300000\).max_message_bytes is 2147483648"),
     (ConnectsWithoutItsLimit, r"a connection made with max_message_bytes=300000: a message of 300001 B over "
@@ -336,7 +346,7 @@ def test_the_transport_kit_hands_the_registered_name_as_a_run_does(plugin_dir):
     write_plugin_dist(plugin_dir, "rlbench-tcpalias", "tcpalias", "rlbench_tcpalias", ALIAS_DIST)
     try:
         rlbench.get_registry(refresh=True)
-        with pytest.raises(AssertionError, match=r"listen\('tcpalias://127.0.0.1:0'\) \(what --bind 127.0.0.1"):
+        with pytest.raises(AssertionError, match=r"listen\('tcpalias://127.0.0.2:0'\) \(what --bind 127.0.0.2"):
             check_transport("tcpalias", cross_process=False, sizes=(0, 1, 4096))
     finally:  # the process-wide registry as it was, for the tests after this one
         import importlib

@@ -14,6 +14,8 @@ from rlbench.builtin.replay import PrioritizedReplay
 from rlbench.config import RunConfig
 from rlbench.errors import RlbenchError
 from rlbench.metrics import Recorder
+from rlbench.protocols import EnvSpec
+from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.messages import Op
 from rlbench.runtime.distributed.replay_client import ReplayClient
 from rlbench.runtime.distributed.shards import ShardedReplayClient, apportion, budgets, shard_of_actor
@@ -137,3 +139,31 @@ def test_a_sharded_run_stores_each_actors_transitions_on_its_shard_and_samples_t
     newest = checkpoint.latest(tmp_path / "ckpt")  # every shard's part in each checkpoint
     assert newest["shards"] == 2
     assert {p.name for p in Path(newest["path"]).iterdir()} == {"learner.pt", "replay.npz", "replay-1.npz"}
+
+
+# Issue #42 item 4a: a shard's BATCH carries its memory's priority mass (mass, min_mass) besides the rows; the
+# pre-start size check left them out, 48 B short, so a transport set to the size the refusal recommends
+# refused the first sharded batch mid-run (MessageTooLargeError).
+CARTPOLE = EnvSpec(id="CartPole-v1", num_envs=1, observation_shape=(4,), observation_dtype="float32",
+                   action_kind="discrete", n_actions=2)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_the_size_check_counts_a_shards_batch_as_the_node_encodes_it(fast_path):
+    from support import served, valid_insert
+    from test_hardening import connected
+
+    batch_size = 32
+    checked = messages.message_sizes(CARTPOLE, None, insert_rows=1, batch_size=batch_size, shards=2)["BATCH"]
+    assert checked > messages.message_sizes(CARTPOLE, None, insert_rows=1, batch_size=batch_size)["BATCH"]
+    # the node and its peers at exactly the checked size, as a run at the refusal's recommended limit
+    with served("tcp", transport_options={"max_message_bytes": checked}, max_message_bytes=checked, shards=2,
+                fast_path=fast_path) as (transport, listener, node):
+        actor, learner = connected(transport, listener, "actor"), connected(transport, listener, "learner")
+        actor.request(Op.INSERT, valid_insert(batch_size))
+        op, batch = learner.request(Op.SAMPLE, {"batch_size": batch_size, "beta": 0.4})
+        assert op == Op.BATCH and {"mass", "min_mass"} <= set(batch)
+        assert len(messages.joined(messages.encode(Op.BATCH, dict(batch)))) == checked
+        assert (node.fast is not None) == fast_path
+        actor.close()
+        learner.close()

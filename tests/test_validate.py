@@ -12,16 +12,17 @@ from rlbench.protocols import ComputeCapabilities, Probe
 from rlbench.validate import validate
 
 
+class TableOnly:
+    @hookimpl
+    def rlbench_register_compute_backends(self, register):
+        register("tables", "x:y", capabilities=ComputeCapabilities(
+            roles=frozenset({"qlearning:tabular", "sarsa:tabular"}), does_not="no neural networks"))
+        register("absent", "x:y", capabilities=ComputeCapabilities(roles=frozenset({"*:tabular"})),
+                 probe=lambda: Probe.missing("board not found: plug it in"))
+
+
 @pytest.fixture(scope="module")
 def registry():
-    class TableOnly:
-        @hookimpl
-        def rlbench_register_compute_backends(self, register):
-            register("tables", "x:y", capabilities=ComputeCapabilities(
-                roles=frozenset({"qlearning:tabular", "sarsa:tabular"}), does_not="no neural networks"))
-            register("absent", "x:y", capabilities=ComputeCapabilities(roles=frozenset({"*:tabular"})),
-                     probe=lambda: Probe.missing("board not found: plug it in"))
-
     registry, _ = plugins.build([("tables", TableOnly())], load_entry_points=False)
     return registry
 
@@ -144,6 +145,129 @@ def test_a_transport_too_small_for_the_runs_largest_message_is_refused_before_an
     small = RunConfig(placement="server", transport="tiny", hyperparameters={"hidden_sizes": [4, 4]})
     with pytest.raises(InvalidCombinationError, match="largest message, BATCH, is 7,872 bytes"):
         run(small, registry=registry)
+
+
+class ExactMessages:
+    """A plugin transport that carries exactly an unsharded run's largest message (a BATCH of 128
+    transitions of a 4-4 network's run, 7,872 bytes), and a DQN without policy_shapes."""
+
+    @hookimpl
+    def rlbench_register_transports(self, register):
+        from rlbench.protocols import TransportCapabilities
+
+        register("exact", "rlbench.builtin.transports.tcp:TcpTransport",
+                 capabilities=TransportCapabilities(max_message_bytes=7_872, reliable=True, ordered=True,
+                                                    crosses_processes=True, crosses_hosts=True))
+
+    @hookimpl
+    def rlbench_register_algorithms(self, register):
+        from rlbench.builtin import capabilities
+
+        register("shapeless", WithoutPolicyShapes, capabilities=capabilities.DQN)
+
+
+class WithoutPolicyShapes:
+    """DQN as a third-party algorithm that does not say the shapes of the weights it publishes."""
+
+    def __init__(self):
+        from rlbench.algorithms.dqn import DQN
+
+        self._dqn = DQN()
+        self.name, self.Config, self.capabilities = "shapeless", self._dqn.Config, self._dqn.capabilities
+
+    def make_actor(self, *args):
+        return self._dqn.make_actor(*args)
+
+    def make_learner(self, *args):
+        return self._dqn.make_learner(*args)
+
+
+SMALL_NETWORK = {"hidden_sizes": [4, 4]}  # its weights are small: the largest message is a BATCH of 128
+
+
+def test_a_sharded_runs_batch_is_checked_with_the_priority_mass_its_shard_adds():
+    from rlbench.runner import check
+
+    registry, _ = plugins.build([("exact", ExactMessages())], load_entry_points=False)
+    config = RunConfig(placement="server", transport="exact", actors=2, hyperparameters=SMALL_NETWORK)
+    check(config, registry)  # 7,872 bytes: it fits exactly
+    with pytest.raises(InvalidCombinationError, match="largest message, BATCH, is 7,920 bytes"):
+        check(RunConfig(placement="server", transport="exact", actors=2, replay_shards=2,
+                        hyperparameters=SMALL_NETWORK), registry)
+
+
+def test_an_algorithm_without_policy_shapes_has_its_other_messages_checked_and_the_weights_noted():
+    from rlbench.runner import check
+
+    registry, _ = plugins.build([("exact", ExactMessages()), ("small", SmallMessages())], load_entry_points=False)
+    with pytest.raises(InvalidCombinationError, match="largest message, BATCH, is 7,872 bytes"):
+        check(RunConfig(algo="shapeless", placement="server", transport="tiny", actors=2,
+                        hyperparameters=SMALL_NETWORK), registry)
+    plan, _, _ = check(RunConfig(algo="shapeless", placement="server", transport="exact", actors=2,
+                                 hyperparameters=SMALL_NETWORK), registry)
+    assert plan.notes == ["the policy's weights were not checked against transport exact's max_message_bytes before "
+                          "the start: algorithm shapeless does not give policy_shapes(spec, config) (the shapes of "
+                          "the weights its learner publishes; docs/plugins.md, Algorithms); inserts and batches were"]
+    plan, _, _ = check(RunConfig(placement="server", transport="exact", actors=2, hyperparameters=SMALL_NETWORK),
+                       registry)
+    assert plan.notes == []  # dqn gives its policy_shapes: everything was checked
+
+
+class ThirdPartyAlgorithms:
+    """Algorithms of a third party: the cpu backend lists none of their names. `declared` says what its
+    roles need from a compute backend; `undeclared` does not."""
+
+    @hookimpl
+    def rlbench_register_algorithms(self, register):
+        import dataclasses
+
+        from rlbench.builtin import capabilities
+
+        register("declared", DeclaredDQN, capabilities=DeclaredDQN.capabilities)
+        register("undeclared", DeclaredDQN, capabilities=dataclasses.replace(capabilities.DQN, needs={}))
+
+    @hookimpl
+    def rlbench_register_compute_backends(self, register):
+        register("tabular-engine", "x:y", capabilities=ComputeCapabilities(
+            roles=frozenset(), provides=frozenset({"tabular"}), does_not="no neural networks"))
+
+
+def _declared_dqn():
+    from rlbench.algorithms.dqn import DQN
+    from rlbench.protocols import AlgorithmCapabilities
+
+    class DeclaredDQN(DQN):
+        name = "declared"
+        capabilities = AlgorithmCapabilities(
+            action_space="discrete", observation_space="continuous", loop="replay", prioritized_replay=True,
+            needs={"actor": {"mlp_inference"}, "learner": {"torch_device"}})
+
+    return DeclaredDQN
+
+
+DeclaredDQN = _declared_dqn()
+
+
+def test_the_cpu_backend_runs_a_third_party_algorithm_that_declares_what_its_roles_need():
+    registry, _ = plugins.build([("third", ThirdPartyAlgorithms())], load_entry_points=False)
+    for placement, transport in (("local", "inproc"), ("server", "tcp")):
+        validate(RunConfig(algo="declared", compute="cpu", placement=placement, transport=transport), registry)
+    with pytest.raises(InvalidCombinationError, match="compute backend cpu cannot run the undeclared actor; "
+                                                      "undeclared does not say what its actor needs"):
+        validate(RunConfig(algo="undeclared", compute="cpu"), registry)
+
+
+def test_needs_are_checked_against_what_a_backend_provides_and_named_when_missing():
+    from rlbench.protocols import AlgorithmCapabilities
+
+    with pytest.raises(ValueError, match="needs names \\['mlp'\\], which no compute backend provides"):
+        AlgorithmCapabilities(action_space="discrete", observation_space="continuous", loop="replay",
+                              needs={"actor": {"mlp"}})
+    registry, _ = plugins.build([("third", ThirdPartyAlgorithms())], load_entry_points=False)
+    with pytest.raises(InvalidCombinationError, match="compute backend tabular-engine cannot run the declared actor "
+                                                      "\\(its actor needs mlp_inference, which tabular-engine does not "
+                                                      "provide; no neural networks\\); compute backends that can: cpu"):
+        validate(RunConfig(algo="declared", compute="tabular-engine"), registry)
 
 
 def test_a_transport_that_may_reorder_is_refused_for_distributed_placements():

@@ -132,7 +132,8 @@ def enumerate_mappings(job: Job, host: str, entry: dict[str, Any], figures: dict
     memories = [c.name for c in registry.components("replay") if _usable(figures["replay"], "replay", c.name, excluded)]
     computes = []
     for component in registry.components("compute"):
-        if not all(component.capabilities.supports(job.algo, role) for role in roles):
+        if not all(component.capabilities.supports(job.algo, role, algorithm.capabilities.needs_of(role))
+                   for role in roles):
             does_not = component.capabilities.does_not
             excluded[f"compute {component.name}"] = f"cannot run the {job.algo} {' and '.join(roles)}" + \
                 (f" ({does_not})" if does_not else "")

@@ -577,7 +577,9 @@ def measure_replay_job(job: Job, registry: Any, progress: Progress, samples: Job
         "compute": {}, "replay": {},
     }
     for component in registry.components("compute"):
-        if all(component.capabilities.supports(job.algo, role) for role in samples.algorithm.capabilities.roles):
+        algorithm_caps = samples.algorithm.capabilities
+        if all(component.capabilities.supports(job.algo, role, algorithm_caps.needs_of(role))
+               for role in algorithm_caps.roles):
             refusal = _refusal(job, registry, compute=component.name)
             figures["compute"][component.name] = {"available": False, "reason": refusal} if refusal else \
                 _measured_or_why(component, _measure_compute, samples)

@@ -19,10 +19,12 @@ It raises AssertionError naming the first thing wrong, in this order:
   ids within n_states, finite observations and rewards, bool terminated and truncated;
 - every valid action is accepted (each discrete id; continuous actions anywhere within the bounds,
   the bounds included) and bad ones are refused with an RlbenchError or ValueError: a wrong number of
-  rows, a wrong trailing shape, an id outside 0..n_actions-1, a value outside the bounds, NaN. A
-  refused step changes nothing: its other rows hold valid actions that would move their copies
-  (not 0, which may leave a copy as it is), and after the refusals the whole rest of the run must
-  be the same as without them (a step counter or a random draw shows up later, not at once);
+  rows, a wrong trailing shape, an id outside 0..n_actions-1, a value outside the bounds, NaN, each
+  bad value in the last row, the first and a middle one in turn. A refused step changes nothing: its
+  other rows hold valid actions that would move their copies (not 0, which may leave a copy as it
+  is), the refusals are made max_episode_steps times (an episode clock that counts them would then
+  truncate the next step), and after them the whole rest of the run must be the same as without
+  them (a step counter or a random draw shows up later, not at once);
 - arrays handed out are not changed by later calls (the runtime keeps the last observations while
   it steps again);
 - frame stacks (spec.frame_stack = k): within an episode each observation is the previous one shifted
@@ -58,6 +60,7 @@ from rlbench.errors import RlbenchError
 from rlbench.protocols import EnvironmentCapabilities, EnvSpec
 
 MIN_ENDS = 8  # episode ends needed before judging the auto-reset from them
+MAX_CLOCK_REFUSALS = 10_000  # refused steps the kit makes to push an episode clock that counts them past its limit
 UNKNOWN_OPTION = "rlbench_check_unknown_option"
 _REFUSALS = (RlbenchError, ValueError)
 
@@ -123,7 +126,7 @@ def check_environment(factory: Callable[..., Any] | str, *, capabilities: Enviro
         actions = [_valid_actions(spec, rng, num_envs, include_bounds=(k == 0)) for k in range(steps)]
         run = _check_run(env, spec, seed, actions, report)
         _check_determinism(env, build, spec, seed, actions, run, report)
-        _check_bad_actions(env, spec, seed, actions, run)
+        _check_bad_actions(env, spec, seed, actions, run, report)
         report.checked.append("bad actions refused, without side effects")
         env.close()
         try:
@@ -270,51 +273,71 @@ def _moving_actions(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.ndarr
 
 
 def _bad_actions(spec: EnvSpec, valid: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """(what is wrong, actions); a bad value sits in the last row only, the other rows hold `valid`
-    actions (one row per copy) that would move their copies."""
+    """(what is wrong, actions); a bad value sits in one row, the last, a middle one or the first in
+    turn (an environment that moves its copies in some order as it checks each row has moved the others
+    by the time it reaches the bad one, whichever it reaches last), the other rows hold `valid` actions
+    (one row per copy) that would move their copies."""
     n = len(valid)
     extra = np.concatenate([valid, valid[:1]])
-    if spec.action_kind == "discrete":
-        def with_last(value: int) -> np.ndarray:
-            actions = valid.copy()
-            actions[-1] = value
-            return actions
+    rows = sorted({n - 1, n // 2, 0}, reverse=True)  # the last row, a middle one, the first
 
+    def in_each_row(what: str, value: float, where: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+        """A case per row of `rows`: `value` in that row (continuous: its first element where `where` holds)."""
+        cases = []
+        for row in rows:
+            actions = valid.copy()
+            if where is None:
+                actions[row] = value
+            else:
+                elements = actions.reshape(n, -1)[row]  # a view: the copy is contiguous
+                elements[np.flatnonzero(where.reshape(-1))[:1]] = value
+            cases.append((f"{what} in row {row} of {n}", actions))
+        return cases
+
+    if spec.action_kind == "discrete":
         return [(f"{n + 1} rows of actions for {n} copies", extra),
                 (f"{n - 1} rows of actions for {n} copies", valid[:-1].copy()),
                 ("actions of shape (num_envs, 2)", np.repeat(valid[:, None], 2, axis=1)),
-                (f"action id {spec.n_actions} (out of range 0..{spec.n_actions - 1})", with_last(spec.n_actions)),
-                ("action id -1 (out of range)", with_last(-1))]
+                *in_each_row(f"action id {spec.n_actions} (out of range 0..{spec.n_actions - 1})", spec.n_actions),
+                *in_each_row("action id -1 (out of range)", -1)]
     low, high = _bounds(spec)
     size = int(np.prod(spec.action_shape, dtype=np.int64))
-
-    def with_last_value(value: float, where: np.ndarray) -> np.ndarray:
-        actions = valid.copy()
-        last = actions[-1].reshape(-1)
-        last[np.flatnonzero(where.reshape(-1))[:1]] = value
-        return actions
-
     cases = [(f"{n + 1} rows of actions for {n} copies", extra),
              (f"{n - 1} rows of actions for {n} copies", valid[:-1].copy()),
              (f"actions of shape (num_envs, {size + 1})",
               np.concatenate([valid.reshape(n, -1), valid.reshape(n, -1)[:, :1]], axis=1)),
-             ("a NaN action", with_last_value(np.nan, np.ones(low.shape, bool)))]
+             *in_each_row("a NaN action", np.nan, np.ones(low.shape, bool))]
     if np.isfinite(high).any():
         value = float(high[np.isfinite(high)].flat[0])
-        cases.append((f"action {value + max(1.0, abs(value))} (above the bound {value})",
-                      with_last_value(value + max(1.0, abs(value)), np.isfinite(high))))
+        cases += in_each_row(f"action {value + max(1.0, abs(value))} (above the bound {value})",
+                             value + max(1.0, abs(value)), np.isfinite(high))
     if np.isfinite(low).any():
         value = float(low[np.isfinite(low)].flat[0])
-        cases.append((f"action {value - max(1.0, abs(value))} (below the bound {value})",
-                      with_last_value(value - max(1.0, abs(value)), np.isfinite(low))))
+        cases += in_each_row(f"action {value - max(1.0, abs(value))} (below the bound {value})",
+                             value - max(1.0, abs(value)), np.isfinite(low))
     return cases
 
 
-def _check_bad_actions(env: Any, spec: EnvSpec, seed: int, actions: list[np.ndarray], run: _Run) -> None:
+def _check_bad_actions(env: Any, spec: EnvSpec, seed: int, actions: list[np.ndarray], run: _Run,
+                       report: EnvironmentReport) -> None:
+    """Each bad action refused; then the refusals made again until they number max_episode_steps (an
+    episode clock that counts a refused step is then past the limit, and the next step truncates every
+    copy, where the episodes of a run under random actions may never live long enough to show a few
+    steps' difference); then the whole rest of the run must be what it was without them."""
     env.reset(seed=seed)
     env.step(actions[0])
     moving = _moving_actions(spec, np.random.default_rng(seed + 1), spec.num_envs)
-    for what, bad in _bad_actions(spec, moving):
+    cases = _bad_actions(spec, moving)
+    limit = spec.max_episode_steps
+    refusals = len(cases)
+    if limit is not None and limit <= MAX_CLOCK_REFUSALS:
+        refusals = max(refusals, limit)
+        report.checked.append(f"{refusals} refused steps leave the episode clock (max_episode_steps={limit}) as it was")
+    elif limit is not None:
+        report.skipped.append(f"the episode clock on refused steps: max_episode_steps={limit} is more refusals than "
+                              f"the kit makes ({MAX_CLOCK_REFUSALS})")
+    for k in range(refusals):
+        what, bad = cases[k % len(cases)]
         try:
             env.step(bad)
         except _REFUSALS as exc:

@@ -23,9 +23,11 @@ Besides moving messages, it checks the rules every transport keeps:
   a peer that reads late gets what was queued for it, whole and in order, while the listener is
   driven (its later recv calls);
 - it listens where a run's server role would under `--bind HOST` or a cluster launcher (Ray): at
-  what `rlbench.runtime.launchers.listen_address` gives for 127.0.0.1 (its own
-  `listen_address(host)`, else NAME://127.0.0.1:0 for a transport that crosses hosts), and a peer
-  reaches that listener at the address it then reports;
+  what `rlbench.runtime.launchers.listen_address` gives for 127.0.0.2 (its own
+  `listen_address(host)`, else NAME://127.0.0.2:0 for a transport that crosses hosts), a loopback
+  address other than the default one, so that a transport that ignores HOST is seen: given
+  NAME://HOST:PORT, the listener's address names HOST, and a peer reaches that listener at the
+  address it then reports;
 - its listener has `expect_admission` and `admit` exactly when its capabilities say `admission`,
   and then keeps strangers apart: bad values are refused (RlbenchError), a stranger past
   max_strangers sheds the oldest, strangers are closed after handshake_s, an admitted peer is
@@ -67,7 +69,23 @@ DEFAULT_SIZES = (0, 1, 2, 7, 8, 9, 63, 64, 65, 1471, 1472, 1473, 4095, 4096, 409
 _PEERS = 3
 _REQUESTS = 20
 _OWNERSHIP_SIZES = (1, 100, 5000, 70_000)
-BIND_HOST = "127.0.0.1"  # the host the kit hands listen_address, as `--bind 127.0.0.1` would
+
+
+def _bind_host() -> str:
+    """The host the kit hands listen_address, as `--bind HOST` would: 127.0.0.2, a loopback address that
+    is not the one a transport falls back to, so one that ignores HOST is caught (it listens at 127.0.0.1
+    or reports it); 127.0.0.1 on a host whose loopback has no other address (macOS: lo0 has 127.0.0.1 only)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.2", 0))
+        except OSError:
+            return "127.0.0.1"
+    return "127.0.0.2"
+
+
+BIND_HOST = _bind_host()
 
 
 def _payload(seed: int, size: int) -> bytes:
@@ -519,9 +537,20 @@ def _registered_name(transport_or_factory: Any) -> str | None:
     return None
 
 
+def _host_of(address: str) -> str | None:
+    """HOST of an address of the form NAME://HOST:PORT (brackets of an IPv6 host dropped), None for any other form."""
+    scheme, separator, rest = address.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not separator or not scheme or not colon or not host or not port.isdigit():
+        return None
+    return host.strip("[]")
+
+
 def _check_listen_address(transport: Any, name: str, timeout: float) -> None:
-    """Listen where a run's server role listens under `--bind 127.0.0.1` or a cluster launcher (the
-    launcher's own rule, `listen_address`), and reach that listener at the address it reports."""
+    """Listen where a run's server role listens under `--bind BIND_HOST` or a cluster launcher (the
+    launcher's own rule, `listen_address`), and reach that listener at the address it reports. Given
+    NAME://BIND_HOST:PORT, it must listen at BIND_HOST and say so: a run's peers on other hosts reach
+    the replay node at the host it was given, not at the loopback a transport falls back to."""
     from rlbench.runtime.launchers import listen_address
 
     given = f"what --bind {BIND_HOST} and --launcher ray hand it"
@@ -543,6 +572,11 @@ def _check_listen_address(transport: Any, name: str, timeout: float) -> None:
     try:
         assert isinstance(listener.address, str) and listener.address, \
             f"{name}: listening at {address} ({given}), listener.address is {listener.address!r}"
+        if _host_of(address) == BIND_HOST:
+            assert _host_of(listener.address) == BIND_HOST, (
+                f"{name}: told to listen at {address} ({given}), its listener's address is {listener.address}: "
+                f"listen at the HOST of NAME://HOST:PORT and report it (a run's peers on other hosts reach the "
+                f"replay node only at the host it was given)")
         try:
             connection = transport.connect(listener.address, timeout=timeout)
         except Exception as exc:

@@ -208,6 +208,9 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
         name = role_name("replay", shard)
         if node_reports[shard] is None and outcomes.get(name, ("", None))[0] == "ok":
             node_reports[shard] = outcomes[name][1]
+    failed = _node_failure(node_reports)
+    if failed and not budget.interrupted:  # the cause: the roles that stopped after it (a learner that found
+        stop_reason = failed                # nothing to sample, actors refused) are its consequences
     for name, (status, payload) in outcomes.items():
         if status == "error" and not any(f.startswith(name) for f in failures):
             failures.append(f"{name} failed: {one_line(payload)}")
@@ -281,6 +284,14 @@ def _learner_left_early(name: str, group: list[str], outcomes: dict[str, tuple[s
     if not gone:
         return f"{name} {lost}"
     return f"{', '.join(gone)} of the data-parallel group {'was' if len(gone) == 1 else 'were'} lost ({name} {lost})"
+
+
+def _node_failure(node_reports: list[dict[str, Any] | None]) -> str:
+    """The first replay node's own failure (its memory's, ReplayNode._memory_call) that ended the run, or ""."""
+    for shard, report in enumerate(node_reports):
+        if report and report.get("failure"):
+            return f"{'the replay node' if shard == 0 else f'replay node {shard} (a shard)'}: {report['failure']}"
+    return ""
 
 
 def _node_name(node: RoleHandle) -> str:

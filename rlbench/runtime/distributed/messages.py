@@ -730,21 +730,25 @@ def state_of(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return state
 
 
-def largest_message(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, insert_rows: int,
-                    batch_size: int, frames: int = 0) -> tuple[str, int]:
+def largest_message(spec: Any, policy_shapes: Sequence[tuple[int, ...]] | None, *, insert_rows: int,
+                    batch_size: int, frames: int = 0, shards: int = 1) -> tuple[str, int]:
     """(what, bytes) of the largest message a run of this environment and policy sends (`message_sizes`)."""
-    sizes = message_sizes(spec, policy_shapes, insert_rows=insert_rows, batch_size=batch_size, frames=frames)
+    sizes = message_sizes(spec, policy_shapes, insert_rows=insert_rows, batch_size=batch_size, frames=frames,
+                          shards=shards)
     what = max(sizes, key=sizes.__getitem__)
     return what, sizes[what]
 
 
-def message_sizes(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, insert_rows: int,
-                  batch_size: int, frames: int = 0) -> dict[str, int]:
+def message_sizes(spec: Any, policy_shapes: Sequence[tuple[int, ...]] | None, *, insert_rows: int,
+                  batch_size: int, frames: int = 0, shards: int = 1) -> dict[str, int]:
     """Bytes of the largest messages a run of this environment and policy sends: an INSERT of
     `insert_rows` transitions with priorities, a BATCH of `batch_size` (stacked), and the weights
-    (PARAMS). `frames` (transitions.frames_of(spec)) > 0: the INSERT is framed, with the most
-    distinct frames its rows can hold: a row's obs brings k, its next_obs (the stack shifted by one)
-    one more, so rows * (k + 1) for a stack, 2 * rows for unstacked images (k = 1)."""
+    (PARAMS; left out when `policy_shapes` is None: the algorithm does not say them). `frames`
+    (transitions.frames_of(spec)) > 0: the INSERT is framed, with the most distinct frames its rows
+    can hold: a row's obs brings k, its next_obs (the stack shifted by one) one more, so rows * (k + 1)
+    for a stack, 2 * rows for unstacked images (k = 1). `shards` > 1 (--replay-shards): a shard's
+    BATCH also carries its memory's priority mass (mass, min_mass; ReplayNode._batch), and one shard
+    may serve a whole batch."""
     observation = np.zeros((1, *spec.observation_shape), dtype=spec.observation_dtype)
     action = (np.zeros(1, np.int64) if spec.action_kind == "discrete"
               else np.zeros((1, *spec.action_shape), np.float32))
@@ -762,12 +766,15 @@ def message_sizes(spec: Any, policy_shapes: Sequence[tuple[int, ...]], *, insert
                     "obs_frames": refs, "next_obs_frames": refs}
     else:
         inserted = observations(insert_rows)
+    sharded = {"mass": np.float64(0), "min_mass": np.float64(0)} if shards > 1 else {}
     candidates = {
         "INSERT": {**inserted, **outcomes(insert_rows), "produced": np.int64(0), "priorities": np.zeros(insert_rows)},
         "BATCH": {**observations(batch_size), **outcomes(batch_size), "indices": np.zeros(batch_size, np.int64),
-                  "weights": np.zeros(batch_size, np.float32), "step": np.int64(0)},
-        "PARAMS (the policy's weights)": weights_arrays([np.zeros(shape, np.float32) for shape in policy_shapes], 0),
+                  "weights": np.zeros(batch_size, np.float32), "step": np.int64(0), **sharded},
     }
+    if policy_shapes is not None:
+        candidates["PARAMS (the policy's weights)"] = weights_arrays(
+            [np.zeros(shape, np.float32) for shape in policy_shapes], 0)
     return {what: encoded_bytes(Op.PARAMS, arrays) for what, arrays in candidates.items()}
 
 

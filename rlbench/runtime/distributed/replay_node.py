@@ -47,6 +47,7 @@ draw, not the time it waited), `memory.OP` the memory operation inside it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import heapq
 import itertools
@@ -58,11 +59,12 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from rlbench.arrays import to_host
+from rlbench.errors import RlbenchError
 from rlbench.kit.framing import raise_descriptor_limit, reuse_freed_memory
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import Recorder
@@ -204,6 +206,7 @@ class NodeState:
     stored: int = 0
     done: bool = False
     done_reason: str = ""
+    failure: str = ""  # the node's own failure (its memory's), which ended the run: the run's headline reason
     learner: int | None = None  # peer id of the learner
     credit: int = 0
     beta: float = 0.4
@@ -374,6 +377,23 @@ class ReplayNode:
 
     def _finish(self, reason: str) -> None:
         self.state.done, self.state.done_reason = True, reason
+
+    @contextlib.contextmanager
+    def _memory_call(self, operation: str) -> Iterator[None]:
+        """A call into the memory. Its refusal of a request (an RlbenchError, as the ReplayMemory
+        contract has it: rlbench.kit.replay.ReplayError) goes back to the peer; any other exception is
+        the memory failing, after which nothing can be stored or drawn: the node ends the run with it
+        as the reason (the launcher's headline, not the roles that then leave) and refuses the request."""
+        try:
+            yield
+        except RlbenchError:
+            raise
+        except Exception as exc:
+            failure = f"its replay memory failed in {operation}: {type(exc).__name__}: {exc}"
+            if not self.state.failure:
+                self.state.failure = failure
+                self._finish(failure)
+            raise Refused(failure, "memory_failed") from exc  # (counted: each request refused for it)
 
     def _reply(self, peer: int, op: Op, arrays: dict[str, Any] | None = None, request_id: int = 0) -> None:
         self._send(peer, messages.encode(op, arrays, request_id))
@@ -566,12 +586,13 @@ class ReplayNode:
             if mismatch:
                 raise Refused(mismatch, "refused.layout")
         started = time.perf_counter_ns()
-        if packed:
-            self.memory.add_packed({name: arrays[name] for name in transitions.FIELDS if name in arrays},
-                                   arrays["frames"], arrays["obs_frames"], arrays["next_obs_frames"],
-                                   arrays.get("priorities"))
-        else:
-            self.memory.add(transitions.fields_of(arrays), arrays.get("priorities"))
+        with self._memory_call("add_packed" if packed else "add"):
+            if packed:
+                self.memory.add_packed({name: arrays[name] for name in transitions.FIELDS if name in arrays},
+                                       arrays["frames"], arrays["obs_frames"], arrays["next_obs_frames"],
+                                       arrays.get("priorities"))
+            else:
+                self.memory.add(transitions.fields_of(arrays), arrays.get("priorities"))
         self.recorder.histogram("memory.INSERT").record(time.perf_counter_ns() - started)
         peer.last_insert = request_id
         peer.stored += n
@@ -733,7 +754,8 @@ class ReplayNode:
             if message is not None:
                 return [message]
         started = time.perf_counter_ns()
-        sample = self.memory.sample(batch_size, beta)
+        with self._memory_call("sample"):
+            sample = self.memory.sample(batch_size, beta)
         if timed:
             self.recorder.histogram("memory.SAMPLE").record(time.perf_counter_ns() - started)
         self.limiter.sampled(batch_size)
@@ -843,6 +865,7 @@ class ReplayNode:
             "first_insert_t": s.first_insert_t,  # perf_counter (CLOCK_MONOTONIC: comparable across this host's processes)
             "last_insert_t": s.last_insert_t,
             "done_reason": s.done_reason,
+            "failure": s.failure,
             "rate_limiter": self.limiter.to_dict(),
             "histograms": {name: h.to_dict() for name, h in self.recorder.histograms.items() if h.count},
             "queue_depths": {name: h.summary(unit="items", scale=1) for name, h in self.depths.histograms.items()},
