@@ -12,6 +12,7 @@ import base64
 import copy
 import itertools
 import json
+import math
 import re
 import struct
 
@@ -350,3 +351,296 @@ def test_rerun_contended_keeps_both_runs_and_the_report_uses_the_rerun(template,
         "replay-uniform_seed-0.json", "replay-uniform_seed-1.rerun-1.json"]
     assert [run.path.rsplit("/", 1)[-1] for run in combination.superseded] == ["replay-uniform_seed-1.json"]
     assert rerun_contended(study, folder, 0, echo=lambda text: None) == []
+
+
+# -- issue #42 items 7-9, on synthetic results (no run: a dict per seed, built here) ------------------------
+def synthetic_result(env: str, combination: dict, seed: int, final: float, *, name: str = "synthetic",
+                     axes: list | None = None, evaluations: list[float] | None = None, rate: float = 1000.0,
+                     started: float = 0.0, contended: bool = False, cell: str | None = None,
+                     target=None, axis_values: dict | None = None) -> dict:
+    """A complete result with a study block, holding only what the report reads: the final greedy
+    return, env steps/s, and (when given) an evaluation curve one point per 1,000 env steps, each
+    point 1 s of wall time and 1 CPU-second."""
+    axes = list(combination) if axes is None else axes
+    cell = cell or "_".join(f"{k}-{v}" for k, v in combination.items()) + f"_seed-{seed}"
+    points = [{"step": 1000 * (i + 1), "updates": 900 * (i + 1), "time_s": 1.0 * (i + 1), "cpu_s": 1.0 * (i + 1),
+               "return": value} for i, value in enumerate(evaluations or [])]
+    study = {"name": name, "cell": cell, "combination": combination, "seed": seed, "axes": axes,
+             "target_return": target, "target_window": 5, "reference_scores": {}, "requested": {},
+             "concurrent_cells": 1}
+    if axis_values is not None:
+        study["axis_values"] = axis_values
+    return {"schema": "rlbench.result/1", "status": "complete", "status_reason": None,
+            "config": {"algo": "dqn", "env": env, "seed": seed, **combination}, "fingerprint": {"hostname": "here"},
+            "throughput": {"env_steps": 10000, "env_steps_per_s": rate}, "latency": {}, "learning_curve": [],
+            "timing": {"wall_s": 10.0, "cpu_s": 10.0, "started_unix": 1e9 + started}, "energy": {}, "accounting": {},
+            "evaluation": {"episodes": 5, "mean_return": final},
+            "evaluation_curve": {"every": 1000, "episodes": 5, "points": points} if points else None,
+            "machine_state": {"contended": contended, "warning": "measured on a contended machine: other processes "
+                              "used 1.20 core(s) meanwhile" if contended else ""},
+            "study": study}
+
+
+def synthetic_group(results: list[dict], **kwargs):
+    """The study of `results`, as the report groups it (files named as a sweep names them)."""
+    from rlbench.report.collect import Inputs, Run, group
+
+    runs = [Run(f"/nowhere/runs/{data['study']['cell']}.json", data) for data in results]
+    (study,) = group(Inputs(runs=runs), **kwargs)
+    return study
+
+
+def _row_classes(table: str) -> dict[str, list[str]]:
+    rows = dict(re.findall(r"<tr><td class='name'>([^<]+)</td><td>\d+</td>(.*?)</tr>", table))
+    return {label: re.findall(r"<td class='(\w*)'>", row) for label, row in rows.items()}
+
+
+def test_one_or_two_runs_a_side_are_too_few_to_compare_or_bold():
+    """A one-run range is a point: two runs far apart on each side are no evidence of a difference."""
+    from rlbench.report.html import comparison_table
+    from rlbench.report.measures import measures
+
+    for seeds in (1, 2):
+        study = synthetic_group([synthetic_result("CartPole-v1", {"replay": replay}, seed, 100.0 + seed,
+                                                  rate=(100.0 if replay == "uniform" else 900.0) + seed)
+                                 for seed in range(seeds) for replay in REPLAYS])
+        table = comparison_table(study, measures(study))
+        assert "class='best'" not in table and "too few runs to compare" in table, table
+        lines = _compare(study)
+        rate = next(line for line in lines if line.strip().startswith("env steps/s"))
+        assert rate.endswith(f"too few runs to compare ({seeds} on a side; 3 at least)"), rate
+        assert not re.search(r"\b[AB] better", "\n".join(lines)), lines
+
+
+def _compare(study, a=("replay=prioritized",), b=("replay=uniform",)) -> list[str]:
+    from rlbench.report.collect import Inputs
+    from rlbench.report.compare import compare_within
+
+    return compare_within(Inputs(runs=study.runs()), [study], a, b, "here")
+
+
+def test_bold_and_compare_stay_within_one_environment():
+    """Taxi's returns (about 8) and FrozenLake's (0 to 1) are not on one scale: each environment gets
+    its own best, and `compare` with env open compares environment by environment under a header
+    that says its brackets are ranges (3 seeds)."""
+    from rlbench.report.html import comparison_table
+    from rlbench.report.measures import measures
+
+    finals = {("Taxi-v3", "uniform"): 7.9, ("Taxi-v3", "prioritized"): 7.1,
+              ("FrozenLake-v1", "uniform"): 0.7, ("FrozenLake-v1", "prioritized"): 0.2}
+    study = synthetic_group([synthetic_result(env, {"env": env, "replay": replay}, seed, final + 0.01 * seed)
+                             for seed in range(3) for (env, replay), final in finals.items()])
+    found = measures(study)
+    final = [m.key for m in found].index("final_return")
+    classes = _row_classes(comparison_table(study, found))
+    assert classes["env=Taxi-v3 replay=uniform"][final] == "best"
+    assert classes["env=FrozenLake-v1 replay=uniform"][final] == "best"  # before: outshone by Taxi's 7.9
+    assert classes["env=FrozenLake-v1 replay=prioritized"][final] == classes["env=Taxi-v3 replay=prioritized"][final] == ""
+
+    lines = _compare(study, ("replay=uniform",), ("replay=prioritized",))
+    text = "\n".join(lines)
+    assert "IQM [95 % CI]" not in text and "95% CI" not in text  # 3 seeds: ranges, and the header says so
+    assert "  Taxi-v3 (A 3 runs, B 3 runs):" in lines and "  FrozenLake-v1 (A 3 runs, B 3 runs):" in lines
+    for env, a, b in (("Taxi-v3", "7.9", "7.1"), ("FrozenLake-v1", "0.70", "0.20")):
+        section = lines[lines.index(f"  {env} (A 3 runs, B 3 runs):"):]
+        assert section[1].strip().startswith("measure (IQM [range])")
+        row = next(line for line in section if line.strip().startswith("final greedy return"))
+        assert f"{a}" in row and f"{b}" in row and row.endswith("A better (ranges apart)"), row
+    assert "P(A beats B) = 1.00 n=12, averaged over 2 environments" in text
+
+
+def test_superseded_by_a_quiet_rerun_only_when_the_rerun_was_quiet():
+    from rlbench.report.compare import contention_lines
+
+    results = []
+    for seed, rerun_contended in ((0, False), (1, True)):
+        cell = f"replay-uniform_seed-{seed}"
+        first = synthetic_result("CartPole-v1", {"replay": "uniform"}, seed, 100.0, contended=True, cell=cell,
+                                 started=2 * seed)
+        rerun = synthetic_result("CartPole-v1", {"replay": "uniform"}, seed, 100.0, contended=rerun_contended,
+                                 cell=cell, started=2 * seed + 1)
+        results += [first, rerun]
+    from rlbench.report.collect import Inputs, Run, group
+
+    runs = []
+    for index, data in enumerate(results):
+        stem = data["study"]["cell"] + (".rerun-1" if index % 2 else "")
+        runs.append(Run(f"/nowhere/runs/{stem}.json", data))
+    (study,) = group(Inputs(runs=runs))
+    lines = {line.split(":")[0].strip(): line for line in contention_lines([study])[1:]}
+    assert lines["replay-uniform_seed-0"].endswith("(superseded by a quiet rerun, replay-uniform_seed-0.rerun-1)")
+    assert "quiet" not in lines["replay-uniform_seed-1"]
+    assert lines["replay-uniform_seed-1"].endswith(
+        "(rerun, but the rerun was contended too: the statistics use replay-uniform_seed-1.rerun-1)")
+
+
+def test_dollars_print_their_digits_and_equal_prints_are_never_better():
+    """Cents' fractions: USD to the target was 0.0000 in every cell, yet bolded and called better."""
+    from rlbench.report.compare import pairwise
+    from rlbench.report.html import comparison_table
+    from rlbench.report.measures import measures
+    from rlbench.report.stats import Estimate
+
+    # each reaches the target (10) at its 3rd..4th evaluation, 1 CPU-second per evaluation: 3-4 CPU-seconds,
+    # about a hundred-thousandth of a dollar at 0.04 USD per CPU-hour
+    results = [synthetic_result("CartPole-v1", {"replay": replay}, seed, 10.0,
+                                evaluations=[0.0] * (2 + (replay == "uniform")) + [10.0] * 4)
+               for seed in range(5) for replay in REPLAYS]
+    study = synthetic_group(results, target_return=10.0, prices={"cpu": 0.04})
+    dollars = next(m for m in measures(study) if m.key == "dollars_to_target")
+    table = comparison_table(study, [dollars])
+    assert "0.0000<" not in table and ">0.000033<" in table and ">0.000044<" in table, table
+    assert _row_classes(table)["replay=prioritized"] == ["best"]  # 3 CPU-seconds against 4: apart, and printed apart
+    lines = _compare(study)
+    row = next(line for line in lines if line.strip().startswith("USD to return 10"))
+    assert "0.000033 [0.000033, 0.000033] n=5" in row and row.endswith("A better (intervals apart)"), row
+    # apart, yet the same number as printed: neither called better
+    close = Estimate(0.0000331, 0.0000331, 0.0000331, 5), Estimate(0.0000333, 0.0000333, 0.0000333, 5)
+    assert pairwise(dollars, *close) == "intervals apart, but equal as printed"
+
+
+def test_rows_follow_the_study_files_order_not_the_file_names(tmp_path):
+    from rlbench.report.collect import group, load_inputs
+
+    # the study lists uniform first; its file names sort prioritized first, and its first cell started first
+    written = {"study.toml": {"name": "order", "replay": ["uniform", "prioritized"]}, "block": None}
+    for source in written:
+        folder = tmp_path / source / "order"
+        (folder / "runs").mkdir(parents=True)
+        if source == "study.toml":  # results of a sweep before the block carried the order: its study.toml says it
+            (folder / "study.toml").write_text('[sweep]\nname = "order"\nreplay = ["uniform", "prioritized"]\n')
+        for seed in range(2):
+            for replay in ("prioritized", "uniform"):
+                data = synthetic_result("CartPole-v1", {"replay": replay}, seed, 100.0, name="order",
+                                        started=seed * 2 + (replay == "uniform"),
+                                        axis_values={"replay": ["uniform", "prioritized"]} if source == "block" else None)
+                (folder / "runs" / f"{data['study']['cell']}.json").write_text(json.dumps(data))
+        (study,) = group(load_inputs([str(folder)]))
+        assert [c.label for c in study.combinations] == ["replay=uniform", "replay=prioritized"], source
+
+
+# -- item 8: a sustained target, one aggregate where two are the same, the coverage of small intervals ----------
+def test_reaching_the_target_is_sustained_and_the_rule_is_said():
+    from rlbench.report.html import study_section
+    from rlbench.report.measures import TARGET_EVALUATIONS, reach
+
+    assert TARGET_EVALUATIONS == 3
+    curves = {0: [0.0, 0.75, 0.0, 0.0, 0.0, 0.0],  # one lucky evaluation: never reached
+              1: [0.0, 0.75, 0.0, 0.8, 0.8, 0.8],  # reached at the 4th, where it stays
+              2: [0.0, 0.0, 0.0, 0.0, 0.8, 0.8]}   # still above at the end, but for two points only
+    study = synthetic_group([synthetic_result("FrozenLake-v1", {"replay": "uniform"}, seed, 0.5, evaluations=curve)
+                             for seed, curve in curves.items()], target_return=0.7)
+    steps = {run.data["config"]["seed"]: reach(run, study).step for run in study.runs()}
+    assert steps == {0: math.inf, 1: 4000.0, 2: math.inf}
+    rule = "reached at the first of 3 consecutive evaluation points (--eval-every) whose greedy return each reaches it"
+    assert rule in study_section(study)
+    other = synthetic_group([synthetic_result("FrozenLake-v1", {"replay": replay}, seed, 0.5, evaluations=curves[1])
+                             for seed in range(3) for replay in REPLAYS], target_return=0.7)
+    assert f"  target: {rule}" in "\n".join(_compare(other))
+
+
+def test_two_environments_show_median_and_mean_once():
+    """The median of two per-environment means is their mean: one column, said so; three get both."""
+    from rlbench.report.html import aggregate_section
+
+    envs = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"]
+    for count in (2, 3):
+        study = synthetic_group([synthetic_result(env, {"env": env, "replay": replay}, seed,
+                                                  REFERENCE_SCORES[env].random + 10.0 * (seed + 1))
+                                 for seed in range(5) for env in envs[:count] for replay in REPLAYS])
+        section = aggregate_section(study, {})
+        heads = re.findall(r"<th>([^<]+?) [↑↓]</th>", section)
+        if count == 2:
+            assert heads == ["median = mean", "IQM", "optimality gap"], heads
+            assert "Over two environments the median of the per-environment means is their mean" in section
+        else:
+            assert heads == ["median", "IQM", "mean", "optimality gap"], heads
+
+
+def test_a_small_sample_interval_says_what_it_covers():
+    from rlbench.report.html import comparison_table
+    from rlbench.report.measures import measures
+
+    for seeds, coverage in ((5, "90 %"), (8, "93 %"), (20, None)):
+        study = synthetic_group([synthetic_result("CartPole-v1", {"replay": replay}, seed, 100.0 + seed)
+                                 for seed in range(seeds) for replay in REPLAYS])
+        table, lines = comparison_table(study, measures(study)), "\n".join(_compare(study))
+        assert "measure (IQM [95 % CI])" in lines
+        if coverage is None:
+            assert "covers the true value" not in table + lines
+        else:
+            words = f"at {seeds} runs per environment a 95 % percentile bootstrap interval covers the true value " \
+                    f"about {coverage} of the time"
+            assert words in table and words in lines, lines
+
+
+# -- item 9: figures ------------------------------------------------------------------------------------
+def _two_environment_study(seeds: int = 3):
+    return synthetic_group([synthetic_result(env, {"env": env, "replay": replay}, seed,
+                                             TARGETS[env] + 10.0 * seed,
+                                             evaluations=[REFERENCE_SCORES[env].random, TARGETS[env] + seed,
+                                                          TARGETS[env] + 2 * seed, TARGETS[env] + 10.0 * seed])
+                            for seed in range(seeds) for env in ENVS for replay in REPLAYS], target_return=TARGETS)
+
+
+def test_curves_get_a_panel_per_environment_and_labelled_targets():
+    """CartPole's returns (0..500) and Acrobot's (-500..0) on one y-axis flatten each other."""
+    from rlbench.report.figures import evaluation_curves
+
+    figure = evaluation_curves(_two_environment_study())
+    axes = [ax for ax in figure.source.axes if ax.get_visible()]
+    assert len(axes) == 4  # per environment: against env steps, against wall time
+    assert [ax.get_title(loc="left") for ax in axes[::2]] == list(ENVS)
+    for ax, env in zip(axes, [e for e in ENVS for _ in range(2)]):
+        low, high = ax.get_ylim()
+        assert low <= TARGETS[env] <= high and high - low < 700, (env, low, high)  # its own scale
+        assert f"target {TARGETS[env]:g}" in [text.get_text() for text in ax.texts], env
+    assert "one row of panels per environment (2)" in figure.caption and "CartPole-v1 200" in figure.caption
+
+
+def test_latency_legend_fits_inside_the_figure():
+    from rlbench.metrics import Histogram
+    from rlbench.report.figures import latency_cdfs
+
+    histogram = Histogram()
+    for value in (1000, 2000, 5000, 20000):
+        histogram.record(value)
+    labels = [f"hp.hidden_sizes=256,256 replay=prioritized-with-a-long-name transport=tcp-{i}" for i in range(5)]
+    results = []
+    for index, label in enumerate(labels):
+        data = synthetic_result("CartPole-v1", {"variant": label}, 0, 1.0)
+        data["latency_histograms"] = {"replay.sample": histogram.to_dict(), "transport.send": histogram.to_dict()}
+        results.append(data)
+    figure = latency_cdfs(synthetic_group(results)).source
+    figure.canvas.draw()
+    (legend,) = figure.legends
+    box, width = legend.get_window_extent(), figure.get_figwidth() * figure.dpi
+    assert 0 <= box.x0 and box.x1 <= width, (box, width)
+    assert len(legend.get_texts()) == len(labels)
+
+
+def test_wide_tables_scroll_in_their_own_box():
+    from rlbench.report.html import STYLE, aggregate_section, comparison_table, improvement_table
+    from rlbench.report.measures import measures
+
+    study = _two_environment_study()
+    found = measures(study)
+    assert re.search(r"\.wide \{[^}]*overflow-x: auto", STYLE)
+    for html_text in (comparison_table(study, found), improvement_table(study, found[0]), aggregate_section(study, {})):
+        tables = html_text.count("<table>")
+        assert tables and html_text.count("<div class='wide'><table>") == tables
+
+
+def test_the_aggregates_figure_shows_ranges_below_five_seeds():
+    from rlbench.report.aggregate import aggregate_estimates
+    from rlbench.report.figures import aggregate_intervals
+
+    study = _two_environment_study(seeds=3)
+    for _, estimates in aggregate_estimates(study):
+        for name, e in estimates.items():
+            assert e.kind == "range" and e.low <= e.value <= e.high and e.low < e.high, (name, e)
+    figure = aggregate_intervals(study)
+    panels = [ax for ax in figure.source.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["median = mean ↑", "IQM ↑", "optimality gap ↓"]
+    assert all(len(ax.patches) == 2 for ax in panels)  # a bar per method, not a tick alone
+    assert "hatched bar, with fewer than 5 runs in an environment (no interval): its range" in figure.caption

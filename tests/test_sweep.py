@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -180,3 +181,80 @@ def test_ctrl_c_stops_the_running_cell_and_keeps_finished_results(tmp_path):
     dry = subprocess.run([*command, "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
     assert "steps=600 seed=0: finished" in dry.stdout and "steps=400000 seed=0: to run" in dry.stdout
+
+
+# -- issue #42 item 7 (help text) and item 10: progress in a log, --ci-measure checked first, plain widths ------
+def test_sweep_help_prints_percent_signs_once():
+    from click.testing import CliRunner
+
+    from rlbench.report.cli import sweep_command
+
+    shown = CliRunner().invoke(sweep_command, ["--help"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "%%" not in shown.output and "95 % interval of --ci-measure" in shown.output
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_a_misspelt_ci_measure_is_refused_before_any_cell_runs(tmp_path, dry_run):
+    """It used to be found after the whole sweep had run, and --dry-run did not look."""
+    from click.testing import CliRunner
+
+    from rlbench.report.cli import sweep_command
+
+    out = tmp_path / "study"
+    study = ["--name", "misspelt", "--seeds", "1", "--out", str(out), *[a for item in TINY for a in ("--set", item)]]
+    dry = ["--dry-run"] if dry_run else []
+    done = CliRunner().invoke(sweep_command, [*study, "--until-ci", "5", "--ci-measure", "final_retrun", *dry])
+    assert isinstance(done.exception, RlbenchError), done.output
+    assert "--ci-measure 'final_retrun' is not a measure; did you mean 'final_return'?" in str(done.exception)
+    assert not out.exists() and "seed=0" not in done.output  # nothing listed, nothing run
+    no_target = CliRunner().invoke(sweep_command, [*study, "--until-ci", "5", "--ci-measure", "steps_to_target", *dry])
+    assert "--ci-measure steps_to_target: a to-target measure, and the study has no target_return" \
+        in str(no_target.exception)
+    assert not out.exists()
+
+
+class _Running:
+    """A running cell as the progress display sees it."""
+
+    def __init__(self, label: str, step: int, total: int) -> None:
+        self.cell = type("Cell", (), {"label": label})()
+        self.step, self.total = step, total
+        self.fraction = step / total if total else 0.0
+
+
+def test_progress_without_a_terminal_is_a_line_per_running_cell():
+    """In a log (no tty) a long cell was silent for minutes: a plain line every so often instead."""
+    from rlbench.report.sweep import _Bar
+
+    said: list[str] = []
+    bar = _Bar(4, 1, said.append, tty=False, plain_every_s=0.0)
+    bar.draw([_Running("replay=uniform seed=0", 1200, 5000), _Running("replay=uniform seed=1", 0, 0)])
+    assert len(said) == 2 and said[0].startswith("[1/4 cells] replay=uniform seed=0: 1,200/5,000 env steps (24%)")
+    assert said[1].startswith("[1/4 cells] replay=uniform seed=1: starting") and "\r" not in "".join(said)
+    quiet = _Bar(4, 1, said.append, tty=False)  # the default spacing: nothing again within it
+    quiet.draw([_Running("replay=uniform seed=0", 1300, 5000)])
+    assert len(said) == 2 and _Bar.PLAIN_EVERY_S == 30.0
+
+
+def test_until_ci_prints_widths_as_plain_numbers(monkeypatch, tmp_path):
+    from rlbench.report import sweep
+    from rlbench.report.collect import Inputs, Run, group
+
+    study = load_study(None, sets=parse_sets(TINY), grid=parse_grid(["replay=uniform"]), seeds=5, name="ci")
+    runs = [Run(f"/nowhere/runs/{cell.stem}.json",
+                {"status": "complete", "config": {"env": "CartPole-v1", "seed": cell.seed, "replay": "uniform"},
+                 "evaluation": {"mean_return": 10000.0 * index}, "study": study.block(cell, 1)})
+            for index, cell in enumerate(study.cells())]
+    (found,) = group(Inputs(runs=runs))
+    started = []
+    monkeypatch.setattr(sweep, "_study_group", lambda study, folder: found)
+    monkeypatch.setattr(sweep, "run_study", lambda study, folder, **kwargs: started.append(kwargs["cells"])
+                        or sweep.StudyOutcome(study, folder, [], interrupted=True))
+    said: list[str] = []
+    sweep.add_seeds(study, tmp_path, sweep.Precision.parse("500", "final_return", 20), echo=said.append)
+    (line,) = said
+    assert re.fullmatch(r"--until-ci: replay=uniform: final greedy return interval [\d,]+ wide \(asked: 500\), "
+                        r"adding seed 5", line), line
+    assert "e+" not in line and [c.seed for c in started[0]] == [5]
+    assert sweep.plain_number(12345.6) == "12,346" and sweep.plain_number(0.004213) == "0.00421"

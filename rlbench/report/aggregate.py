@@ -45,14 +45,31 @@ def available(group: Group) -> str:
 
 
 def aggregate_estimates(group: Group) -> list[tuple[Method, dict[str, object]]]:
-    """Each method's median, IQM, mean and optimality gap of normalised final scores."""
-    from rlbench.report.stats import AGGREGATES, interval
+    """Each method's median, IQM, mean and optimality gap of normalised final scores, with their
+    stratified bootstrap intervals; below MIN_RUNS runs in an environment, where an aggregate has
+    none, with the range from every environment's worst run to every environment's best."""
+    from rlbench.report.stats import AGGREGATES, aggregate_range, interval
 
     rows = []
     for method in methods(group):
         strata = list(method.scores(group).values())
-        rows.append((method, {name: interval(strata, statistic, per_task=True) for name, statistic in AGGREGATES.items()}))
+        estimates = {}
+        for name, statistic in AGGREGATES.items():
+            e = interval(strata, statistic, per_task=True)
+            estimates[name] = aggregate_range(strata, statistic) if e.kind == "none" and e.n else e
+        rows.append((method, estimates))
     return rows
+
+
+def shown_aggregates(group: Group) -> tuple[list[tuple[str, str]], str]:
+    """(column title, aggregate name) for each aggregate worth showing, and a note on any left out:
+    over two environments the median of the per-environment means is their mean, so one column
+    says "median = mean" instead of two identical ones."""
+    envs = len(group.envs())
+    if envs == 2:
+        return ([("median = mean", "mean"), ("IQM", "IQM"), ("optimality gap", "optimality gap")],
+                "Over two environments the median of the per-environment means is their mean: one column for both.")
+    return [(name, name) for name in ("median", "IQM", "mean", "optimality gap")], ""
 
 
 def improvement(group: Group, x: Method, y: Method):

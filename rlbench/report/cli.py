@@ -41,15 +41,17 @@ def _seeds_option(text: str | None) -> int | list[int] | None:
 @click.option("--seeds", default=None, help="Seeds: a count (5 = seeds 0..4) or a list (0,1,2) [default: the file's, else 5].")
 @click.option("--name", default=None, help="Study name [default: the file's [sweep] name or stem].")
 @click.option("--target", "target_return", type=float, default=None,
-              help="Target return for time-to-target (mean of the last --target-window training episodes).")
+              help="Target return for the to-target measures: reached at the first of 3 consecutive --eval-every "
+                   "evaluations at or above it; without evaluations, when the mean of the last --target-window "
+                   "training episodes first reaches it.")
 @click.option("--target-window", type=int, default=None, help="Episodes averaged for the target [default: 10].")
 @click.option("--out", default=None, help="Results folder [default: results/studies/NAME].")
 @click.option("--parallel", type=int, default=1, show_default=True,
               help="Cells at once, each its own process (they then share this machine's cores: the report says so).")
 @click.option("--dry-run", is_flag=True, help="List the cells and which would run, and stop.")
 @click.option("--until-ci", default=None, metavar="WIDTH",
-              help="Then add seeds, one round at a time, to each combination whose 95 %% interval of --ci-measure is "
-                   "wider than WIDTH (in the measure's unit, or 10%% of its IQM), up to --max-seeds.")
+              help="Then add seeds, one round at a time, to each combination whose 95 % interval of --ci-measure is "
+                   "wider than WIDTH (in the measure's unit, or 10% of its IQM), up to --max-seeds.")
 @click.option("--ci-measure", default=None, metavar="KEY",
               help="The measure --until-ci narrows (steps_to_target, final_return, env_steps_per_s, ...) "
                    "[default: the verdict's: steps_to_target with a target, else final_return].")
@@ -70,6 +72,8 @@ def sweep_command(study_file, grid, sets, seeds, name, target_return, target_win
         raise RlbenchError("--ci-measure says which interval --until-ci narrows: give --until-ci WIDTH too")
     study = load_study(study_file, sets=parse_sets(sets), grid=parse_grid(grid), seeds=_seeds_option(seeds),
                        name=name, target_return=target_return, target_window=target_window)
+    if precision is not None:
+        precision.check(study)  # a misspelt --ci-measure stops here, not after the whole sweep ran
     folder = Path(out) if out else _default_folder(study_file, study.name)
     cells = study.cells()
     click.echo(f"study {study.name!r}: {len(cells) // len(study.seeds)} combination(s) x {len(study.seeds)} seed(s) "

@@ -283,7 +283,7 @@ def group(inputs: Inputs, *, target_return: float | None = None, target_window: 
         if isinstance(target, (int, float)):
             target = float(target)
         window = target_window or first.get("target_window") or 10
-        ordered = _ordered(list(combinations.values()), blocks, axes)
+        ordered = _ordered(list(combinations.values()), blocks, axes, runs)
         groups.append(Group(name, axes, ordered, target, int(window),
                             max([int(b.get("concurrent_cells") or 1) for b in blocks] or [1]), bool(blocks),
                             reference_scores(blocks), dict(prices or {})))
@@ -294,12 +294,20 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def _ordered(combinations: list[Combination], blocks: list[dict[str, Any]], axes: list[str]) -> list[Combination]:
-    """The sweep's order (each axis's values as written); otherwise sorted by label."""
+def _ordered(combinations: list[Combination], blocks: list[dict[str, Any]], axes: list[str],
+             runs: list[Run] | None = None) -> list[Combination]:
+    """The study file's order: each axis's values as its [sweep] table lists them (the study block's
+    axis_values, else the study.toml beside the runs), then the order the cells started in (the
+    sweep's, seeds outermost), never the file names'; without a sweep, sorted by label."""
     if not blocks:
         return sorted(combinations, key=lambda c: c.label)
     positions: dict[str, list[str]] = {a: [] for a in axes}
-    requested = [b.get("combination") or {} for b in blocks]
+    for axis, listed in _axis_values(blocks, runs or []).items():
+        if axis in positions and isinstance(listed, list):
+            positions[axis] = [_hashable(value) for value in listed]
+    started = sorted(runs or [], key=lambda r: _number((r.data.get("timing") or {}).get("started_unix")))
+    requested = [run.study.get("combination") or {} for run in started if run.study] + \
+                [b.get("combination") or {} for b in blocks]
     for values in requested:
         for axis in axes:
             text = _hashable(values.get(axis))
@@ -308,6 +316,25 @@ def _ordered(combinations: list[Combination], blocks: list[dict[str, Any]], axes
     return sorted(combinations, key=lambda c: tuple(positions[a].index(_hashable(c.values.get(a)))
                                                     if _hashable(c.values.get(a)) in positions[a] else math.inf
                                                     for a in axes))
+
+
+def _axis_values(blocks: list[dict[str, Any]], runs: list[Run]) -> dict[str, Any]:
+    """Each axis's values in the study file's order: from a study block (sweeps write axis_values),
+    else from the study.toml a sweep leaves beside its runs/ folder (older results)."""
+    for block in blocks:
+        if isinstance(block.get("axis_values"), dict):
+            return block["axis_values"]
+    from rlbench.config import read_toml
+
+    for folder in dict.fromkeys(Path(run.path).parent for run in runs):
+        for candidate in (folder / "study.toml", folder.parent / "study.toml"):
+            try:
+                table = read_toml(candidate).get("sweep")
+            except (OSError, RlbenchError, ValueError):
+                continue
+            if isinstance(table, dict) and table.get("name") == blocks[0].get("name"):
+                return {k: v for k, v in table.items() if isinstance(v, list)}
+    return {}
 
 
 MACHINE_KEYS = ("hostname", "cpu", "machine", "cores", "cores_usable", "memory_bytes", "os")  # what a machine is

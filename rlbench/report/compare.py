@@ -10,26 +10,52 @@ import math
 
 from rlbench.errors import RlbenchError
 from rlbench.report.collect import Combination, Group, Inputs, Run
-from rlbench.report.measures import (DEFAULT_VERDICT, Measure, energy_meters, estimate, measures, paired_values,
-                                     unpriced_devices)
-from rlbench.report.stats import MIN_RUNS, Estimate, probability_of_improvement, trimmed_per_end
+from rlbench.report.measures import (DEFAULT_VERDICT, Measure, decimals, energy_meters, estimate, measures,
+                                     paired_values, target_rule, unpriced_devices)
+from rlbench.report.stats import (MIN_COMPARE_RUNS, MIN_RUNS, Estimate, coverage_words, probability_of_improvement,
+                                  trimmed_per_end)
 
 
 def interval_name(e: Estimate) -> str:
     return {"ci": "intervals", "range": "ranges"}.get(e.kind, "intervals")
 
 
+def number_text(value: float, digits: int) -> str:
+    if math.isnan(value):
+        return "-"
+    return "not reached" if math.isinf(value) else f"{value:,.{digits}f}"
+
+
+def too_few(*estimates: Estimate) -> bool:
+    """Fewer than MIN_COMPARE_RUNS runs (in some environment) on a side: a range of one or two runs
+    says nothing about the spread, so nothing is called better or bolded on it."""
+    return any(0 < e.n and e.per_task < MIN_COMPARE_RUNS for e in estimates)
+
+
+def printed_equal(measure: Measure, a: Estimate, b: Estimate) -> bool:
+    """The two IQMs print the same: the table could not show the difference a verdict would claim."""
+    places = decimals(measure.digits, a.value, b.value)
+    return number_text(a.value, places) == number_text(b.value, places)
+
+
 def pairwise(measure: Measure, a: Estimate, b: Estimate) -> str:
-    """A's and B's estimates of one measure: a side is better only when the intervals (or, below
-    MIN_RUNS seeds, the ranges of the runs) are apart."""
+    """A's and B's estimates of one measure: a side is better only when the intervals (or, from
+    MIN_COMPARE_RUNS to MIN_RUNS seeds, the ranges of the runs) are apart, and never on fewer runs."""
+    if not a.n or not b.n:
+        return "not measured on a side"
+    if too_few(a, b):
+        return (f"too few runs to compare ({min(a.per_task, b.per_task)} on a side; "
+                f"{MIN_COMPARE_RUNS} at least)")
     if math.isnan(a.low) or math.isnan(b.low):
-        return "no interval (one run)" if min(a.n, b.n) < 2 else "no interval"
+        return "no interval"
+    words = "ranges" if "range" in (a.kind, b.kind) else "intervals"
     if a.separated_from(b):
+        if printed_equal(measure, a, b):
+            return f"{words} apart, but equal as printed"
         higher = "A" if a.value > b.value else "B"
         better = higher if measure.higher_is_better else ("B" if higher == "A" else "A")
-        words = "ranges" if "range" in (a.kind, b.kind) else "intervals"
         return f"{better} better ({words} apart)"
-    return f"within the {'ranges' if 'range' in (a.kind, b.kind) else 'intervals'}"
+    return f"within the {words}"
 
 
 def improvement_verdict(p: Estimate, a: str = "A", b: str = "B") -> str:
@@ -64,9 +90,22 @@ def contention_lines(groups: list[Group]) -> list[str]:
                      "(their throughput and wall-clock figures are lower than a quiet machine's; rerun them with "
                      "rlbench sweep --rerun-contended N):")
         for run in runs:
-            superseded = any(run is r for c in group.combinations for r in c.superseded)
-            lines.append(f"  {run_name(run)}: {run.contention}" + (" (superseded by a quiet rerun)" if superseded else ""))
+            lines.append(f"  {run_name(run)}: {run.contention}" + _superseded_words(group, run))
     return lines
+
+
+def _superseded_words(group: Group, run: Run) -> str:
+    """Whether a contended run was rerun, and whether the rerun the statistics use was quiet."""
+    if not any(run is r for c in group.combinations for r in c.superseded):
+        return ""
+    cell = (run.study or {}).get("cell")
+    chosen = next((r for c in group.combinations for r in c.runs if cell is not None and (r.study or {}).get("cell") == cell),
+                  None)
+    if chosen is not None and not chosen.contention:
+        return f" (superseded by a quiet rerun, {run_name(chosen)})"
+    if chosen is not None:
+        return f" (rerun, but the rerun was contended too: the statistics use {run_name(chosen)})"
+    return " (superseded by a rerun)"
 
 
 def run_name(run: Run) -> str:
@@ -148,54 +187,100 @@ def pairs(a: list[Group], b: list[Group]) -> tuple[list[tuple[tuple[Combination,
 
 
 def _text(e: Estimate, digits: int) -> str:
-    def number(v: float) -> str:
-        if math.isnan(v):
-            return "-"
-        return "not reached" if math.isinf(v) else f"{v:,.{digits}f}"
-
+    places = decimals(digits, e.value, e.low, e.high)
     if math.isnan(e.low):
         ci = ""
     elif e.kind == "range":
-        ci = f" range [{number(e.low)}, {number(e.high)}]"
+        ci = f" range [{number_text(e.low, places)}, {number_text(e.high, places)}]"
     else:
-        ci = f" [{number(e.low)}, {number(e.high)}]"
-    return f"{number(e.value)}{ci} n={e.n}"
+        ci = f" [{number_text(e.low, places)}, {number_text(e.high, places)}]"
+    return f"{number_text(e.value, places)}{ci} n={e.n}"
+
+
+def _header(estimates: list[Estimate]) -> str:
+    """What the brackets of a table are: 95 % intervals only when every one is an interval."""
+    kinds = {e.kind for e in estimates if e.n and e.kind != "none"}
+    if kinds == {"ci"}:
+        return "measure (IQM [95 % CI])"
+    if kinds == {"range"}:
+        return "measure (IQM [range])"
+    return f"measure (IQM [95 % CI, or range below {MIN_RUNS} seeds])"
+
+
+def _in_env(combination: Combination, env: str) -> Combination:
+    return Combination(combination.label, dict(combination.values), [r for r in combination.runs if r.env == env])
+
+
+def _envs(combination: Combination) -> list[str]:
+    return list(dict.fromkeys(run.env for run in combination.runs))
+
+
+def _measure_table(found: list[Measure], ca: Combination, ga: Group, cb: Combination, gb: Group,
+                   extra: list[tuple[str, str, str, str]], indent: str) -> list[str]:
+    """Per measure both estimates and whether they differ; the notes on what the brackets are worth."""
+    rows, estimates = [], []
+    for measure in found:
+        ea, eb = estimate(measure, ca, ga), estimate(measure, cb, gb)
+        estimates += [ea, eb]
+        rows.append((measure.label, _text(ea, measure.digits), _text(eb, measure.digits), pairwise(measure, ea, eb)))
+    rows += extra
+    header = _header(estimates)
+    widths = [max(len(r[i]) for r in rows + [(header, "A", "B", "")]) for i in range(3)]
+    lines = [f"{indent}{header:<{widths[0]}}  {'A':<{widths[1]}}  {'B':<{widths[2]}}  difference"]
+    for label, left, right, text in rows:
+        lines.append(f"{indent}{label:<{widths[0]}}  {left:<{widths[1]}}  {right:<{widths[2]}}  {text}")
+    n = min((e.per_task for e in estimates if e.n), default=0)
+    if n and n < MIN_COMPARE_RUNS:
+        lines.append(f"{indent}note: {n} run(s) on the smaller side: too few to call either side better "
+                     f"(a range of {n} run(s) is no spread); run at least {MIN_COMPARE_RUNS} ({MIN_RUNS} for an interval)")
+    elif n and n < MIN_RUNS:
+        lines.append(f"{indent}note: {n} run(s) on the smaller side: its bracket is the runs' range, not a 95 % "
+                     f"interval; the IQM of {n} runs trims {trimmed_per_end(n)} at each end"
+                     + (" (it is the mean)" if trimmed_per_end(n) == 0 else ""))
+    elif coverage_words(n):
+        lines.append(f"{indent}note: {coverage_words(n)}")
+    return lines
 
 
 def compare_pair(ca: Combination, ga: Group, cb: Combination, gb: Group) -> list[str]:
-    """Per measure both estimates and the difference, the verdict on its clock, and the costs."""
+    """The verdict on its clock (over every environment both sides ran, the probability of
+    improvement averaged over them), then per environment each measure's estimates, then the costs.
+    Raw values are never pooled across environments: a return of 7.9 on Taxi and one of 0.7 on
+    FrozenLake are not on one scale."""
     found = {m.key: m for m in measures(ga)}
     for m in measures(gb):
         found.setdefault(m.key, m)
-    rows, estimates = [], {}
-    for measure in found.values():
-        ea, eb = estimate(measure, ca, ga), estimate(measure, cb, gb)
-        estimates[measure.key] = (ea, eb)
-        rows.append((measure.label, _text(ea, measure.digits), _text(eb, measure.digits), pairwise(measure, ea, eb)))
+    envs_a, envs_b = _envs(ca), _envs(cb)
+    shared = [env for env in envs_a if env in envs_b]
+    several = len(set(envs_a) | set(envs_b)) > 1
+    over = f", averaged over {len(shared)} environments" if len(shared) > 1 else ""
     lines = []
     primary = default_measure(list(found.values()))
     if primary is not None:
         p = probability_of_improvement(*paired_values(primary, ca, cb, ga, gb), higher_is_better=primary.higher_is_better)
         lines.append(f"  verdict ({clock_words(primary)}; {primary.label}): {improvement_verdict(p)}, "
-                     f"P(A beats B) = {_text(p, 2)}")
+                     f"P(A beats B) = {_text(p, 2)}{over}")
+    if ga.has_target:
+        lines.append(f"  target: {target_rule(ga)}")
+    extra = []
     for key in ("final_return", "time_to_target_s"):
         measure = found.get(key)
         if measure is None or measure is primary:
             continue
         p = probability_of_improvement(*paired_values(measure, ca, cb, ga, gb), higher_is_better=measure.higher_is_better)
-        rows.append((f"P(A beats B), {measure.label}" + (f" [{clock_words(measure)}]" if measure.clock else ""),
-                     _text(p, 2), "", improvement_verdict(p)))
-    n = min((e.n for pair in estimates.values() for e in pair if e.n), default=0)
-    small = n and n < MIN_RUNS
-    header = "measure (IQM [95% CI]" + ("; range below 5 seeds)" if small else ")")
-    widths = [max(len(r[i]) for r in rows + [(header, "A", "B", "")]) for i in range(3)]
-    lines.append(f"  {header:<{widths[0]}}  {'A':<{widths[1]}}  {'B':<{widths[2]}}  difference")
-    for label, left, right, text in rows:
-        lines.append(f"  {label:<{widths[0]}}  {left:<{widths[1]}}  {right:<{widths[2]}}  {text}")
-    if small:
-        lines.append(f"  note: {n} run(s) on the smaller side: its bracket is the runs' range, not a 95 % interval; "
-                     f"the IQM of {n} runs trims {trimmed_per_end(n)} at each end"
-                     + (" (it is the mean)" if trimmed_per_end(n) == 0 else ""))
+        extra.append((f"P(A beats B), {measure.label}" + (f" [{clock_words(measure)}]" if measure.clock else ""),
+                      _text(p, 2), "", improvement_verdict(p)))
+    if not several:
+        lines += _measure_table(list(found.values()), ca, ga, cb, gb, extra, "  ")
+    else:
+        for label, left, _, text in extra:
+            lines.append(f"  {label}: {left}  {text}{over}")
+        for env in shared:
+            counts = [sum(run.env == env for run in side.runs) for side in (ca, cb)]
+            lines.append(f"  {env} (A {counts[0]} runs, B {counts[1]} runs):")
+            lines += _measure_table(list(found.values()), _in_env(ca, env), ga, _in_env(cb, env), gb, [], "    ")
+        for env in [e for e in dict.fromkeys(envs_a + envs_b) if e not in shared]:
+            lines.append(f"  {env}: only {'A' if env in envs_a else 'B'} ran it: not compared")
     absent = {**energy_meters(ga)[1], **energy_meters(gb)[1]}
     measured = set(energy_meters(ga)[0]) | set(energy_meters(gb)[0])
     for meter, why in absent.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ class Figure:
     png: bytes
     width: int
     height: int
+    source: Any = field(default=None, repr=False, compare=False)  # the matplotlib figure it was drawn from
 
 
 def _new(width: float, height: float):
@@ -39,13 +40,31 @@ def _png(figure, title: str, caption: str, kind: str) -> Figure:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     width, height = (int(round(v)) for v in figure.get_size_inches() * figure.dpi)
-    return Figure(title, caption, kind, buffer.getvalue(), width, height)
+    return Figure(title, caption, kind, buffer.getvalue(), width, height, figure)
 
 
 def _colour(index: int):
     from matplotlib import colormaps
 
     return colormaps["tab10"](index % 10)
+
+
+def _outside_legend(figure, handles: list, labels: list[str], loc: str, most: int):
+    """A figure legend outside the panels in as many columns (up to `most`) as fit the figure's
+    width: a wider legend is cut at the figure's edges when saved. Labels longer than the figure is
+    wide wrap onto more lines."""
+    import textwrap
+
+    width = figure.get_figwidth() * figure.dpi
+    renderer = figure.canvas.get_renderer()
+    chars = max(16, int(figure.get_figwidth() * 14))  # about what fits of 8-point text, per inch
+    labels = [textwrap.fill(str(label), chars) for label in labels]
+    for columns in range(max(1, min(most, len(labels))), 0, -1):
+        legend = figure.legend(handles, labels, loc=loc, ncols=columns, fontsize=8)
+        if legend.get_window_extent(renderer).width <= 0.98 * width or columns == 1:
+            return legend
+        legend.remove()
+    return None
 
 
 def _style(ax) -> None:
@@ -101,32 +120,62 @@ def _band_words(kinds: set[str]) -> str:
     return "the band its 95 % bootstrap interval, or the range of the runs where fewer than 5 seeds ran"
 
 
+def _method_label(group: Group, combination: Combination) -> str:
+    """A combination's label without its environment: the line's name within an environment's panel."""
+    others = [a for a in group.axes if a != "env"]
+    if "env" not in group.axes:
+        return combination.label
+    return " ".join(f"{a}={combination.values.get(a)}" for a in others) or "all runs"
+
+
+def _target_line(ax, target: float) -> None:
+    """A dashed target line, labelled on the line itself (the legend holds the combinations)."""
+    ax.axhline(target, color="0.4", ls="--", lw=1)
+    ax.text(0.99, target, f"target {target:g}", transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+            fontsize=7, color="0.3")
+
+
 def _curve_panels(group: Group, read, y_label: str, title: str, what: str) -> Figure | None:
-    """Two panels (against env steps, against training wall time), one line per combination."""
-    figure = _new(11, 3.8)
-    axes = figure.subplots(1, 2, sharey=True)
+    """Per environment a row of two panels (against env steps, against training wall time), each with
+    its own y-axis and target, one line per combination: returns of different environments are not on
+    one scale (Taxi's -200..8 would flatten FrozenLake's 0..1)."""
+    envs = group.envs() or [""]
+    figure = _new(11, 3.6 * len(envs) + 0.2)
+    axes = figure.subplots(len(envs), 2, sharey="row", squeeze=False)
     kinds: set[str] = set()
-    for index, combination in enumerate(group.combinations):
-        for ax, x_key, x_label in ((axes[0], "step", "env steps"), (axes[1], "time_s", "training wall time (s)")):
-            kind = _draw_band(ax, [c for c in (read(run, x_key) for run in combination.runs) if c], _colour(index),
-                              combination.label)
-            if kind:
-                kinds.add(kind)
-            ax.set_xlabel(x_label)
+    colours = {label: index for index, label in enumerate(dict.fromkeys(_method_label(group, c)
+                                                                         for c in group.combinations))}
+    for row, env in zip(axes, envs):
+        for combination in group.combinations:
+            runs = [run for run in combination.runs if not env or run.env == env]
+            label = _method_label(group, combination)
+            for ax, x_key, x_label in ((row[0], "step", "env steps"), (row[1], "time_s", "training wall time (s)")):
+                kind = _draw_band(ax, [c for c in (read(run, x_key) for run in runs) if c], _colour(colours[label]),
+                                  label)
+                if kind:
+                    kinds.add(kind)
+                ax.set_xlabel(x_label)
+        target = group.target_for(env) if env else None
+        for ax in row:
+            _style(ax)
+            if target is not None:
+                _target_line(ax, target)
+        row[0].set_ylabel(y_label, fontsize=9)
+        if len(envs) > 1:
+            row[0].set_title(env, fontsize=10, loc="left")
+        if row[0].get_legend_handles_labels()[0]:
+            row[0].legend(fontsize=8, loc="best")
     if not kinds:
         return None
-    targets = sorted({t for t in (group.target_for(env) for env in group.envs()) if t is not None})
-    for ax in axes:
-        _style(ax)
-        for target in targets:
-            ax.axhline(target, color="0.4", ls="--", lw=1)
-    axes[0].set_ylabel(y_label)
-    axes[0].legend(fontsize=8, loc="best")
+    targets = [(env, group.target_for(env)) for env in envs if env and group.target_for(env) is not None]
     figure.suptitle(f"{title}: IQM over seeds with {'95 % bootstrap band' if kinds == {'ci'} else 'band'}", fontsize=11)
     return _png(figure, title.capitalize(),
-                f"{what} against env steps and against training wall time; the line is the IQM over seeds at each "
-                f"point, {_band_words(kinds)}; a run that ended earlier holds its last value"
-                + (f"; dashed: the target{'s' if len(targets) > 1 else ''} {', '.join(f'{t:g}' for t in targets)}"
+                f"{what} against env steps and against training wall time"
+                + (f", one row of panels per environment ({len(envs)}), each on its own scale" if len(envs) > 1 else "")
+                + f"; the line is the IQM over seeds at each point, {_band_words(kinds)}; a run that ended earlier "
+                "holds its last value"
+                + (f"; dashed and labelled: the target{'s' if len(targets) > 1 else ''} "
+                   + ", ".join((f"{env} {t:g}" if len(envs) > 1 else f"{t:g}") for env, t in targets)
                    if targets else "") + ".", "measured")
 
 
@@ -206,8 +255,7 @@ def latency_cdfs(group: Group) -> Figure | None:
         ax.set_ylabel("fraction", fontsize=8)
     for ax in axes[len(ops) - columns:len(ops)]:
         ax.set_xlabel("latency (us)", fontsize=8)
-    figure.legend(list(handles.values()), list(handles), loc="outside upper center", ncols=min(4, len(handles)),
-                  fontsize=8)
+    _outside_legend(figure, list(handles.values()), list(handles), "outside upper center", 4)
     return _png(figure, "Latency CDFs",
                 "Every replay, transport, inference and learner operation as its caller saw it: cumulative fraction of "
                 "calls against latency (log scale), from the lossless histograms merged over the seeds of each "
@@ -253,46 +301,65 @@ def scaling(group: Group) -> Figure | None:
 def performance_profile(group: Group) -> Figure | None:
     """Agarwal et al.'s performance profile: the fraction of runs whose score exceeds each threshold,
     with its stratified bootstrap band; over normalised scores per method when the study can be
-    aggregated over environments, else over the final greedy return per combination."""
+    aggregated over environments, else over the final greedy return per combination, one panel per
+    environment (raw returns of different environments are not on one scale)."""
     from rlbench.report.aggregate import available, methods
     from rlbench.report.stats import performance_profile as profile
 
-    normalised = len(group.envs()) > 1 and not available(group)
+    envs = group.envs()
+    normalised = len(envs) > 1 and not available(group)
     if normalised:
-        lines = {m.label: list(m.scores(group).values()) for m in methods(group)}
+        panels = {"": {m.label: list(m.scores(group).values()) for m in methods(group)}}
         name = normalisation(group)[0]
         x_label, what = f"{name} score τ", f"{name} final score"
     else:
         measure = next((m for m in measures(group) if m.key == "final_return"), None)
         if measure is None:
             return None
-        lines = {c.label: values(measure, c, group) for c in group.combinations if c.runs}
+        panels = {}
+        for env in envs or [""]:
+            lines = {}
+            for c in group.combinations:
+                runs = Combination(c.label, c.values, [r for r in c.runs if not env or r.env == env])
+                if runs.runs:
+                    lines[_method_label(group, c)] = values(measure, runs, group)
+            panels[env] = lines
         x_label, what = "final greedy return τ", "final greedy return"
-    finite = [v for strata in lines.values() for stratum in strata for v in stratum if math.isfinite(v)]
-    if not finite:
-        return None
-    taus = np.linspace(min(finite), max(finite), 120) if max(finite) > min(finite) else np.array([min(finite)])
-    figure = _new(5.8, 3.8)
-    ax = figure.subplots()
-    banded = False
-    for index, (label, strata) in enumerate(lines.items()):
-        strata = [[v for v in stratum if math.isfinite(v)] for stratum in strata]
-        strata = [s for s in strata if s]
-        if not strata:
+    colours = {label: i for i, label in enumerate(dict.fromkeys(l for lines in panels.values() for l in lines))}
+    figure = _new(5.8 * len(panels), 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(panels)))
+    banded = drawn = False
+    for ax, (env, lines) in zip(axes, panels.items()):
+        finite = [v for strata in lines.values() for stratum in strata for v in stratum if math.isfinite(v)]
+        if not finite:
+            ax.set_visible(False)
             continue
-        centre, low, high = profile(strata, taus)
-        ax.step(taus, centre, where="post", color=_colour(index), label=f"{label} (n={sum(map(len, strata))})")
-        if not np.isnan(low).all():
-            ax.fill_between(taus, low, high, step="post", color=_colour(index), alpha=0.2, lw=0)
-            banded = True
-    ax.set_xlabel(x_label)
-    ax.set_ylabel("fraction of runs > τ")
-    ax.set_ylim(0, 1.02)
-    _style(ax)
-    ax.legend(fontsize=8)
+        taus = np.linspace(min(finite), max(finite), 120) if max(finite) > min(finite) else np.array([min(finite)])
+        for label, strata in lines.items():
+            strata = [[v for v in stratum if math.isfinite(v)] for stratum in strata]
+            strata = [s for s in strata if s]
+            if not strata:
+                continue
+            centre, low, high = profile(strata, taus)
+            ax.step(taus, centre, where="post", color=_colour(colours[label]),
+                    label=f"{label} (n={sum(map(len, strata))})")
+            drawn = True
+            if not np.isnan(low).all():
+                ax.fill_between(taus, low, high, step="post", color=_colour(colours[label]), alpha=0.2, lw=0)
+                banded = True
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("fraction of runs > τ")
+        ax.set_ylim(0, 1.02)
+        if env and len(panels) > 1:
+            ax.set_title(env, fontsize=10)
+        _style(ax)
+        ax.legend(fontsize=8)
+    if not drawn:
+        return None
     return _png(figure, "Performance profile",
                 f"Fraction of runs whose {what} exceeds each threshold τ"
                 + (", every environment's runs pooled" if normalised else "")
+                + (f", one panel per environment ({len(panels)})" if len(panels) > 1 else "")
                 + ("; the band is its 95 % stratified bootstrap interval" if banded else
                    "; no band: fewer than 5 runs per environment") + ". A curve above another dominates it.",
                 "measured")
@@ -300,36 +367,45 @@ def performance_profile(group: Group) -> Figure | None:
 
 def aggregate_intervals(group: Group) -> Figure | None:
     """rliable's interval estimates: median, IQM, mean and optimality gap of normalised final scores
-    over every environment, per method, with their 95 % stratified bootstrap intervals."""
-    from rlbench.report.aggregate import aggregate_estimates, available
+    over every environment, per method, with their 95 % stratified bootstrap intervals; below 5 runs
+    in an environment (no interval) their ranges, drawn hatched, so the spread shows either way."""
+    from rlbench.report.aggregate import aggregate_estimates, available, shown_aggregates
 
     if available(group):
         return None
     rows = aggregate_estimates(group)
     if not rows:
         return None
-    names = list(rows[0][1])
+    columns, merged = shown_aggregates(group)
     name, one = normalisation(group)
-    figure = _new(3.0 * len(names) + 1.5, 0.5 * len(rows) + 1.6)
-    axes = figure.subplots(1, len(names), sharey=True)
-    for ax, statistic in zip(axes, names):
+    figure = _new(3.0 * len(columns) + 1.5, 0.5 * len(rows) + 1.6)
+    axes = figure.subplots(1, len(columns), sharey=True)
+    kinds = set()
+    for ax, (title, statistic) in zip(axes, columns):
         for index, (method, estimates) in enumerate(rows):
             e = estimates[statistic]
             if math.isfinite(e.low) and math.isfinite(e.high):
-                ax.barh(index, e.high - e.low, left=e.low, height=0.6, color=_colour(index), alpha=0.75)
+                kinds.add(e.kind)
+                hatched = e.kind == "range"
+                ax.barh(index, max(e.high - e.low, 1e-9), left=e.low, height=0.6, color=_colour(index),
+                        alpha=0.35 if hatched else 0.75, hatch="//" if hatched else None,
+                        edgecolor=_colour(index) if hatched else None)
             ax.plot([e.value, e.value], [index - 0.3, index + 0.3], color="k", lw=1.5)
-        ax.set_title(statistic + (" ↓" if statistic == "optimality gap" else " ↑"), fontsize=10)
+        ax.set_title(title + (" ↓" if statistic == "optimality gap" else " ↑"), fontsize=10)
         ax.set_xlabel(f"{name} score")
         _style(ax)
     axes[0].set_yticks(range(len(rows)), [method.label for method, _ in rows], fontsize=8)
     axes[0].invert_yaxis()
     envs = group.envs()
+    bars = ("bar: its 95 % stratified bootstrap interval" if kinds == {"ci"} else
+            "bar: its 95 % stratified bootstrap interval; hatched bar, with fewer than 5 runs in an environment (no "
+            "interval): its range, from the aggregate of every environment's worst run to that of every "
+            "environment's best")
     return _png(figure, "Aggregates over environments",
                 f"{name.capitalize()} final scores, (score − random) / ({one} − random), over {len(envs)} "
                 f"environment(s) ({', '.join(envs)}): median and mean of the per-environment means, IQM of every run, "
-                f"optimality gap (how far runs fall short of the {one}'s score; lower is better). Black tick: the "
-                "estimate; bar: its 95 % stratified bootstrap interval (none with fewer than 5 runs per environment).",
-                "measured")
+                f"optimality gap (how far runs fall short of the {one}'s score; lower is better)."
+                + (f" {merged}" if merged else "") + f" Black tick: the estimate; {bars}.", "measured")
 
 
 def modelled(group: Group) -> Figure | None:
@@ -389,7 +465,8 @@ def time_split(group: Group) -> Figure | None:
     ax.invert_yaxis()
     ax.set_xlim(0, max(1.0, float(left.max())))
     ax.set_xlabel("share of the steady window (mean over seeds)")
-    figure.legend(fontsize=8, ncols=min(7, len(categories)), loc="outside lower center")
+    handles, labels = ax.get_legend_handles_labels()
+    _outside_legend(figure, handles, labels, "outside lower center", 7)
     _style(ax)
     return _png(figure, "Where the time goes",
                 "Each role's steady window split into environment, inference, learner, replay, weights, transport "

@@ -10,11 +10,13 @@ import time
 from typing import Any
 
 from rlbench.report.collect import Group, Inputs, fingerprints
-from rlbench.report.compare import clock_words, contention_lines, default_measure, improvement_verdict
+from rlbench.report.compare import (clock_words, contention_lines, default_measure, improvement_verdict, printed_equal,
+                                    too_few)
 from rlbench.report.figures import Figure, asv_history, study_figures, transport_sizes
-from rlbench.report.measures import (Measure, energy_meters, estimate, measures, modelled_measures, paired_values,
-                                     target_curve, unpriced_devices)
-from rlbench.report.stats import MIN_RUNS, Estimate, probability_of_improvement, trimmed_per_end
+from rlbench.report.measures import (Measure, decimals, energy_meters, estimate, measures, modelled_measures,
+                                     paired_values, target_rule, unpriced_devices)
+from rlbench.report.stats import (MIN_COMPARE_RUNS, MIN_RUNS, Estimate, coverage_words, probability_of_improvement,
+                                  trimmed_per_end)
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330; margin: 0;
@@ -40,6 +42,7 @@ figcaption { font-size: 12.5px; color: #465063; margin-top: 6px; }
 details { margin: 6px 0; } summary { cursor: pointer; color: #33405a; }
 .verdict { background: #eef6ee; border-left: 4px solid #3c8d40; padding: 6px 10px; margin: 8px 0; }
 .verdict ul { margin: 4px 0; } .clock { font-weight: 400; color: #5b6475; font-size: 13px; }
+.wide { overflow-x: auto; max-width: 100%; } /* a table wider than the page scrolls inside its own box */
 """
 
 
@@ -55,7 +58,13 @@ def _number(value: float, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _wide(table: str) -> str:
+    """A table in a box of the page's width that scrolls sideways (many combinations, 3-seed ranges)."""
+    return f"<div class='wide'>{table}</div>"
+
+
 def _estimate_cell(e: Estimate, digits: int, best: bool) -> str:
+    digits = decimals(digits, e.value, e.low, e.high)
     if math.isnan(e.low):
         bracket = ""
     elif e.kind == "range":
@@ -72,39 +81,58 @@ def _figure(figure: Figure) -> str:
             f"<b>{_e(figure.title)}.</b> {_e(figure.caption)}</figcaption></figure>")
 
 
-def _best(estimates: list[Estimate], measure: Measure) -> int | None:
-    """The combination to bold: the best IQM, and only when its interval (or range) is apart from
-    every other combination's."""
+def _envs_of(combination) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(run.env for run in combination.runs))
+
+
+def _best(estimates: list[Estimate], measure: Measure, combinations: list | None = None) -> set[int]:
+    """The combinations to bold: in each environment, the best IQM, only when its interval (or range)
+    is apart from every other combination's of that environment, every side has MIN_COMPARE_RUNS
+    runs or more, and the values differ as printed. Raw values of different environments (Taxi's 7.9,
+    FrozenLake's 0.7) are never compared."""
     shown = [(i, e) for i, e in enumerate(estimates) if not math.isnan(e.value)]
-    if len(shown) < 2:
-        return None
+    by_env: dict[tuple[str, ...], list[tuple[int, Estimate]]] = {}
+    for i, e in shown:
+        by_env.setdefault(_envs_of(combinations[i]) if combinations else (), []).append((i, e))
+    chosen = set()
     pick = max if measure.higher_is_better else min
-    index, best = pick(shown, key=lambda item: item[1].value)
-    if all(best.separated_from(e) for i, e in shown if i != index):
-        return index
-    return None
+    for items in by_env.values():
+        if len(items) < 2 or too_few(*(e for _, e in items)):
+            continue
+        index, best = pick(items, key=lambda item: item[1].value)
+        if all(best.separated_from(e) and not printed_equal(measure, best, e) for i, e in items if i != index):
+            chosen.add(index)
+    return chosen
 
 
 def _small_sample_note(group: Group) -> str:
     sizes = [len(c.runs) for c in group.combinations if c.runs]
     n = min(sizes, default=0)
+    envs = len(group.envs())
+    bold = (" Bold: the best IQM of its environment, only when its interval lies apart from every other "
+            "combination's there." if envs > 1 else
+            " Bold: the best IQM, only when its interval lies apart from every other combination's.")
     if not n or n >= MIN_RUNS:
-        return (" Below each IQM, its 95 % stratified bootstrap interval (scipy, percentile method). Bold: the best IQM, "
-                "only when its interval lies apart from every other combination's.")
+        coverage = coverage_words(n)
+        return (" Below each IQM, its 95 % stratified bootstrap interval (scipy, percentile method)"
+                + (f"; {_e(coverage)}" if coverage else "") + "." + bold)
     trims = trimmed_per_end(n)
-    return (f" With fewer than {MIN_RUNS} seeds (here as few as {n}) a bootstrap interval is about the runs' min..max "
+    text = (f" With fewer than {MIN_RUNS} seeds (here as few as {n}) a bootstrap interval is about the runs' min..max "
             f"and covers far less than 95 %, so below each IQM is the <b>range</b> of the runs, not an interval; the "
             f"IQM of {n} runs trims {trims} run{'s' if trims != 1 else ''} at each end"
-            + (" (it is the mean)" if trims == 0 else "") + ". Bold: the best IQM, only when its range lies apart "
-            "from every other combination's.")
+            + (" (it is the mean)" if trims == 0 else "") + ".")
+    if n < MIN_COMPARE_RUNS:
+        return text + (f" With {n} run(s) a range is no spread: nothing is bold, too few runs to compare "
+                       f"(at least {MIN_COMPARE_RUNS}).")
+    return text + bold.replace("interval", "range")
 
 
 def comparison_table(group: Group, found: list[Measure]) -> str:
     rows = []
     per_measure = {m.key: [estimate(m, c, group) for c in group.combinations] for m in found}
-    best = {m.key: _best(per_measure[m.key], m) for m in found}
+    best = {m.key: _best(per_measure[m.key], m, group.combinations) for m in found}
     for index, combination in enumerate(group.combinations):
-        cells = "".join(_estimate_cell(per_measure[m.key][index], m.digits, best[m.key] == index) for m in found)
+        cells = "".join(_estimate_cell(per_measure[m.key][index], m.digits, index in best[m.key]) for m in found)
         status = f"{len(combination.runs)}"
         if combination.incomplete:
             status += f" <span class='fail'>+{len(combination.incomplete)} incomplete</span>"
@@ -112,8 +140,8 @@ def comparison_table(group: Group, found: list[Measure]) -> str:
             status += f" <span class='fail'>+{len(combination.failures)} failed</span>"
         rows.append(f"<tr><td class='name'>{_e(combination.label)}</td><td>{status}</td>{cells}</tr>")
     head = "".join(f"<th>{_e(m.label)}{' ↑' if m.higher_is_better else ' ↓'}</th>" for m in found)
-    return (f"<table><tr><th class='name'>combination</th><th>runs</th>{head}</tr>{''.join(rows)}</table>"
-            "<p class='meta'>Each cell: the interquartile mean (IQM) over seeds." + _small_sample_note(group)
+    return (_wide(f"<table><tr><th class='name'>combination</th><th>runs</th>{head}</tr>{''.join(rows)}</table>")
+            + "<p class='meta'>Each cell: the interquartile mean (IQM) over seeds." + _small_sample_note(group)
             + " ↑ higher is better, ↓ lower.</p>")
 
 
@@ -136,7 +164,7 @@ def improvement_table(group: Group, measure: Measure) -> str:
             cells.append(_probability_cell(p))
         rows.append(f"<tr><td class='name'>{_e(row.label)}</td>{''.join(cells)}</tr>")
     return (f"<h3>P(row beats column): {_e(measure.label)} <span class='clock'>({_e(clock_words(measure))})</span></h3>"
-            f"<table><tr><th class='name'>row \\ column</th>{head}</tr>{''.join(rows)}</table>")
+            + _wide(f"<table><tr><th class='name'>row \\ column</th>{head}</tr>{''.join(rows)}</table>"))
 
 
 def _probability_cell(p: Estimate) -> str:
@@ -199,7 +227,7 @@ def cost_table(group: Group, found: list[Measure]) -> str:
 
 
 def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
-    from rlbench.report.aggregate import aggregate_estimates, available, improvement, methods
+    from rlbench.report.aggregate import aggregate_estimates, available, improvement, methods, shown_aggregates
     from rlbench.report.measures import normalisation
 
     why = available(group)
@@ -209,17 +237,23 @@ def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
         return f"<h3>Aggregates over environments</h3><div class='warn'>not drawn: {_e(why)}</div>"
     rows = aggregate_estimates(group)
     name, one = normalisation(group)
-    names = list(rows[0][1]) if rows else []
-    head = "".join(f"<th>{_e(n)}{' ↓' if n == 'optimality gap' else ' ↑'}</th>" for n in names)
+    columns, merged = shown_aggregates(group)
+    head = "".join(f"<th>{_e(title)}{' ↓' if key == 'optimality gap' else ' ↑'}</th>" for title, key in columns)
     body = "".join(f"<tr><td class='name'>{_e(m.label)}</td>"
-                   + "".join(_estimate_cell(est[n], 2, False) for n in names) + "</tr>" for m, est in rows)
+                   + "".join(_estimate_cell(est[key], 2, False) for _, key in columns) + "</tr>" for m, est in rows)
     scores = "; ".join(f"{env}: random {group.reference_scores[env].random:g}, reference "
                        f"{group.reference_scores[env].reference:g} ({group.reference_scores[env].source})"
                        for env in group.envs())
+    kinds = {est[key].kind for _, est in rows for _, key in columns}
+    brackets = ("Below each, its 95 % stratified bootstrap interval" if kinds == {"ci"} else
+                f"Below each, its 95 % stratified bootstrap interval, or with fewer than {MIN_RUNS} runs in an "
+                "environment (no interval) its <b>range</b>: the aggregate of every environment's worst run to that "
+                "of every environment's best")
     parts = ["<h3><span class='badge measured'>measured</span>Aggregates over environments</h3>",
-             f"<table><tr><th class='name'>method</th>{head}</tr>{body}</table>",
+             _wide(f"<table><tr><th class='name'>method</th>{head}</tr>{body}</table>"),
              f"<p class='meta'>{name.capitalize()} final greedy score (score − random) / ({one} − random): 0 is a "
-             f"uniform random policy's score, 1 the {one}'s. {_e(scores)}.</p>"]
+             f"uniform random policy's score, 1 the {one}'s. {_e(scores)}. {brackets}."
+             + (f" {_e(merged)}" if merged else "") + "</p>"]
     parts += [_figure(figures[k]) for k in ("aggregates",) if k in figures]
     found = methods(group)
     if len(found) > 1:
@@ -228,8 +262,8 @@ def aggregate_section(group: Group, figures: dict[str, Figure]) -> str:
                          + "".join("<td>–</td>" if x is y else _probability_cell(improvement(group, x, y)) for y in found)
                          + "</tr>" for x in found)
         parts.append(f"<h3>P(row beats column) over environments: {name} final score</h3>"
-                     f"<table><tr><th class='name'>row \\ column</th>{cells}</tr>{matrix}</table>"
-                     "<p class='meta'>The probability that a run of the row beats a run of the column on the same "
+                     + _wide(f"<table><tr><th class='name'>row \\ column</th>{cells}</tr>{matrix}</table>")
+                     + "<p class='meta'>The probability that a run of the row beats a run of the column on the same "
                      "environment, averaged over the environments (Agarwal et al.), with its stratified bootstrap "
                      "interval.</p>")
     return "".join(parts)
@@ -310,10 +344,7 @@ def _targets_text(group: Group) -> str:
         target = "target returns " + ", ".join(f"{env} {value:g}" for env, value in group.target_return.items())
     else:
         target = f"target return {group.target_return:g}"
-    if target_curve(group) == "evaluation":
-        return f"; {_e(target)}, reached at the first evaluation point (--eval-every) whose greedy return reaches it"
-    return (f"; {_e(target)}, reached when the mean of the last {group.target_window} training episodes does "
-            "(no evaluation curve in every run: updates to target unmeasured, CPU time pro-rated)")
+    return f"; {_e(target)}, {_e(target_rule(group))}"
 
 
 def study_section(group: Group) -> str:

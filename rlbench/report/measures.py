@@ -1,10 +1,12 @@
 """The per-run numbers a study compares, each labelled measured or modelled, and their estimates
 over seeds (IQM with a 95 % stratified bootstrap interval; strata are environments).
 
-Reaching the target. A run reaches the study's target return (one for every environment, or one per
-environment) at the first point of its evaluation curve (`--eval-every`: greedy episodes) whose
-mean return reaches it, when every run of the study has an evaluation curve; otherwise at the first
-training episode where the mean return of the last `target_window` episodes reaches it. The same
+Reaching the target is sustained, not a lucky moment. A run reaches the study's target return (one
+for every environment, or one per environment) at the first of TARGET_EVALUATIONS consecutive points
+of its evaluation curve (`--eval-every`: greedy episodes) whose mean return each reaches it, when every
+run of the study has an evaluation curve (a seed scoring 0.75 and then 0.00 against a target of 0.7
+has not reached it); otherwise at the first training episode where the mean return of the last
+`target_window` episodes reaches it. `target_rule` says which, in words. The same
 point gives every clock: env steps, learner updates (recorded by evaluation points only), training
 wall time and CPU time (recorded by evaluation points; pro-rated from the run's totals on the
 training curve), and from them energy and money. A run that never reached it counts as +inf.
@@ -31,6 +33,15 @@ class Measure:
     clock: str = ""  # what a to-target measure counts: "env steps", "wall clock", ...
 
 
+def decimals(digits: int, *values: float) -> int:
+    """Decimals to print `values` with: the measure's own, or more when the smallest of them would
+    otherwise show fewer than 2 significant digits (USD to the target: 0.00012, not 0.0000)."""
+    small = [abs(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v != 0]
+    if not small:
+        return digits
+    return max(digits, min(10, 1 - math.floor(math.log10(min(small)))))
+
+
 def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
@@ -44,6 +55,9 @@ def _at(data: dict[str, Any], *path: str) -> Any:
 
 
 # ------------------------------------------------------------------------------------ the target
+TARGET_EVALUATIONS = 3  # consecutive evaluation points at or above the target: reached, not touched once
+
+
 @dataclass(frozen=True)
 class Reach:
     """Where a run first reached the target, on every clock (+inf: never; NaN: not recorded)."""
@@ -86,8 +100,11 @@ def reach(run: Run, group: Group) -> Reach:
     if target is None:
         return NOT_MEASURED
     if target_curve(group) == "evaluation":
-        for point in evaluation_points(run):
-            if _number(point.get("return")) >= target:
+        points = evaluation_points(run)
+        above = [_number(p.get("return")) >= target for p in points]
+        for index, point in enumerate(points):
+            streak = above[index:index + TARGET_EVALUATIONS]  # a curve that ends mid-streak has not sustained it
+            if len(streak) == TARGET_EVALUATIONS and all(streak):
                 return Reach(_number(point["step"]), _number(point.get("updates")), _number(point.get("time_s")),
                              _number(point.get("cpu_s")), False)
         return NEVER
@@ -102,6 +119,15 @@ def reach(run: Run, group: Group) -> Reach:
     wall, cpu = _training_totals(run)
     cpu_s = cpu * seconds / wall if wall > 0 else math.nan  # constant utilisation over the run assumed
     return Reach(_number(point.get("step")), math.nan, seconds, cpu_s, True)
+
+
+def target_rule(group: Group) -> str:
+    """When a run of this study counts as having reached its target, in words for the report and compare."""
+    if target_curve(group) == "evaluation":
+        return (f"reached at the first of {TARGET_EVALUATIONS} consecutive evaluation points (--eval-every) whose "
+                "greedy return each reaches it (sustained: one good evaluation is not enough)")
+    return (f"reached when the mean of the last {group.target_window} training episodes first reaches it (no "
+            "evaluation curve in every run: updates to target unmeasured, CPU time pro-rated)")
 
 
 def time_to_target(run: Run, group: Group) -> float:
@@ -255,6 +281,34 @@ def measures(group: Group) -> list[Measure]:
                                       False, _joules_to_target(meter), digits=0, clock="energy"))
     runs = group.runs()
     return [m for m in candidates if any(not math.isnan(m.read(run, group)) for run in runs)]
+
+
+# Every measure key a study can have, whatever its results hold: what --ci-measure is checked against
+# before a sweep runs (`measures` lists those a study's results actually have).
+MEASURE_KEYS = ("env_steps_per_s", "steady_env_steps_per_s", "updates_per_s", "final_return", "normalised_score")
+TARGET_KEYS = ("steps_to_target", "updates_to_target", "time_to_target_s", "cpu_to_target_s", "dollars_to_target")
+PATTERN_KEYS = ("energy_METER_j", "energy_to_target_METER_j", "modelled.NAME")
+
+
+def check_measure_key(key: str, *, has_target: bool, option: str = "--ci-measure") -> None:
+    """Refuse a measure key no study could have (with the close match), or a to-target one without a target."""
+    import difflib
+    import re
+
+    from rlbench.errors import RlbenchError
+
+    if key in MEASURE_KEYS or key.startswith("modelled.") or re.fullmatch(r"energy_(to_target_)?\w+_j", key):
+        if key.startswith("energy_to_target_") and not has_target:
+            raise RlbenchError(f"{option} {key}: a to-target measure, and the study has no target_return (--target)")
+        return
+    if key in TARGET_KEYS:
+        if not has_target:
+            raise RlbenchError(f"{option} {key}: a to-target measure, and the study has no target_return (--target)")
+        return
+    known = [*MEASURE_KEYS, *TARGET_KEYS]
+    close = difflib.get_close_matches(key, known, n=1)
+    raise RlbenchError(f"{option} {key!r} is not a measure" + (f"; did you mean {close[0]!r}?" if close else
+                                                                f" (measures: {', '.join(known + list(PATTERN_KEYS))})"))
 
 
 def modelled_measures(group: Group) -> list[Measure]:

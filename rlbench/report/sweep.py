@@ -15,9 +15,9 @@ plus a `[sweep]` table, so `rlbench run --config` and `rlbench sweep` read the s
     [sweep]
     name = "replay-placement"        # the results folder's name (default: the file's stem)
     seeds = 5                        # seeds 0..4, or a list: [0, 1, 2]
-    target_return = 150.0            # to-target measures: first time the return reaches it (a number,
-    target_window = 10               #   or a table per environment); training curve: mean of the last
-                                     #   `target_window` episodes
+    target_return = 150.0            # to-target measures (a number, or a table per environment): the
+    target_window = 10               #   first of 3 consecutive evaluations at or above it; without
+                                     #   --eval-every, the mean of the last `target_window` episodes
     replay = ["prioritized", "uniform"]     # an axis over a run field,
     placement = ["local", "server"]
     "hp.learning_rate" = [1e-3, 3e-4]       # over a hyperparameter,
@@ -129,7 +129,8 @@ class Study:
     def block(self, cell: Cell, concurrent: int) -> dict[str, Any]:
         """The "study" block written into each cell's result."""
         return {"name": self.name, "cell": cell.id, "combination": cell.combination, "seed": cell.seed,
-                "axes": list(self.axes), "target_return": self.target_return, "target_window": self.target_window,
+                "axes": list(self.axes), "axis_values": self.axes,  # the report's row order: the study file's
+                "target_return": self.target_return, "target_window": self.target_window,
                 "reference_scores": self.reference_scores, "requested": cell.document, "concurrent_cells": concurrent}
 
 
@@ -416,26 +417,38 @@ class _Child:
 
 
 class _Bar:
-    """The study's progress on stderr: one redrawn line on a terminal; finished cells as lines."""
+    """The study's progress on stderr: on a terminal one redrawn line; otherwise (a log, CI, a pipe)
+    a plain line per running cell every `plain_every_s` seconds, so a long cell is not silent for
+    minutes. Finished cells get a line either way."""
 
-    def __init__(self, total: int, done: int, echo: Callable[[str], None]) -> None:
+    PLAIN_EVERY_S = 30.0
+
+    def __init__(self, total: int, done: int, echo: Callable[[str], None], *, tty: bool | None = None,
+                 plain_every_s: float | None = None) -> None:
         self.total, self.done, self.echo = total, done, echo
         self.to_run = total - done
         self.finished_now = 0
         self.t0 = time.perf_counter()
-        self.tty = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.plain_every_s = self.PLAIN_EVERY_S if plain_every_s is None else plain_every_s
+        self.last_plain = self.t0
 
     def line(self, text: str) -> None:
         if self.tty:
             sys.stderr.write("\r\033[K")
         self.echo(text)
 
-    def draw(self, running: list[_Child]) -> None:
-        if not self.tty:
-            return
+    def _eta(self, running: list[_Child]) -> tuple[float, float]:
         fraction = (self.finished_now + sum(c.fraction for c in running)) / max(1, self.to_run)
         elapsed = time.perf_counter() - self.t0
-        eta = elapsed / fraction * (1 - fraction) if fraction > 0.01 else math.nan
+        return elapsed, elapsed / fraction * (1 - fraction) if fraction > 0.01 else math.nan
+
+    def draw(self, running: list[_Child]) -> None:
+        if not self.tty:
+            self._plain(running)
+            return
+        elapsed, eta = self._eta(running)
+        fraction = (self.finished_now + sum(c.fraction for c in running)) / max(1, self.to_run)
         now = "; ".join(f"{c.cell.label} " + (f"{c.step:,}/{c.total:,} steps" if c.total else "starting")
                         for c in running)
         bar = "#" * int(fraction * 24)
@@ -443,6 +456,18 @@ class _Bar:
                 f"{'  ' + _clock(eta) + ' left' if math.isfinite(eta) else ''}  {now}")
         sys.stderr.write(text[:220])
         sys.stderr.flush()
+
+    def _plain(self, running: list[_Child]) -> None:
+        """Without a terminal: one line per running cell, at most every plain_every_s seconds."""
+        if not running or time.perf_counter() - self.last_plain < self.plain_every_s:
+            return
+        self.last_plain = time.perf_counter()
+        elapsed, eta = self._eta(running)
+        for child in running:
+            steps = (f"{child.step:,}/{child.total:,} env steps ({child.fraction:.0%})" if child.total
+                     else "starting")
+            self.echo(f"[{self.done}/{self.total} cells] {child.cell.label}: {steps}; study {_clock(elapsed)} elapsed"
+                      + (f", about {_clock(eta)} left" if math.isfinite(eta) else ""))
 
     def close(self) -> None:
         if self.tty:
@@ -608,12 +633,32 @@ class Precision:
             raise RlbenchError(f"--max-seeds must be at least 1, got {max_seeds}")
         return cls(width / 100 if relative else width, relative, measure, max_seeds)
 
+    def check(self, study: "Study") -> None:
+        """Refuse a measure no study can have, before any cell runs (and under --dry-run)."""
+        from rlbench.report.measures import check_measure_key
+
+        if self.measure is not None:
+            check_measure_key(self.measure, has_target=study.target_return is not None)
+
+    def limit(self, estimate: Any) -> float:
+        """The widest interval asked for, in the measure's unit."""
+        return self.width * abs(estimate.value) if self.relative else self.width
+
     def narrow(self, estimate: Any) -> bool:
         """A 95 % interval (not a small sample's range) at most `width` wide."""
         if estimate.kind != "ci" or not math.isfinite(estimate.low) or not math.isfinite(estimate.high):
             return False
-        limit = self.width * abs(estimate.value) if self.relative else self.width
-        return estimate.high - estimate.low <= limit
+        return estimate.high - estimate.low <= self.limit(estimate)
+
+
+def plain_number(value: float) -> str:
+    """A width as people write it: 12,345 or 0.0042, never 1.234e+04."""
+    if not math.isfinite(value):
+        return "unbounded" if value > 0 else str(value)
+    if value == 0 or abs(value) >= 100:
+        return f"{value:,.0f}"
+    places = max(1, 2 - math.floor(math.log10(abs(value))))  # three significant digits
+    return f"{value:,.{places}f}"
 
 
 def _study_group(study: Study, folder: Path):
@@ -676,7 +721,8 @@ def add_seeds(study: Study, folder: str | Path, precision: Precision, *, paralle
                 seed = next(s for s in itertools.count(max(seeds | set(study.seeds)) + 1) if s not in seeds)
                 cells.append(study.cell(combination, seed))
                 echo(f"--until-ci: {match.label}: {measure.label} interval "
-                     + (f"{e.high - e.low:,.4g} wide" if e.kind == "ci" else f"not yet a 95 % interval ({e.n} runs)")
+                     + (f"{plain_number(e.high - e.low)} wide (asked: {plain_number(precision.limit(e))})"
+                        if e.kind == "ci" else f"not yet a 95 % interval ({e.n} runs)")
                      + f", adding seed {seed}")
         if not cells:
             return rounds
