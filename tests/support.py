@@ -213,6 +213,26 @@ def descendant_pids() -> list[int]:
     return found
 
 
+def read_terminal(terminal: int, until, process: subprocess.Popen, cap_s: float) -> str:
+    """What the process writes to the terminal `terminal` (a pty's master end, its stderr the other)
+    until `until(text so far)` holds, the process ends, or cap_s passes. A command's progress shows
+    only on a terminal: a test waits for the progress it needs there, not for a fixed time."""
+    import select
+
+    shown = ""
+    cap = time.monotonic() + cap_s
+    while not until(shown) and time.monotonic() < cap:
+        if select.select([terminal], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(terminal, 65536)
+            except OSError:  # EIO: every writer of the other end is gone
+                break
+            shown += chunk.decode(errors="replace")
+        elif process.poll() is not None and not select.select([terminal], [], [], 0)[0]:
+            break
+    return shown
+
+
 def kill_role_when_running(name: str, after_s: float, killed: list) -> threading.Thread:
     def worker():
         deadline = time.monotonic() + 120

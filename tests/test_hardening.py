@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import REPO, SECRET, kill_role_when_running, rlb_processes, served, valid_insert
+from support import REPO, SECRET, kill_role_when_running, read_terminal, rlb_processes, served, valid_insert
 from rlbench.config import RunConfig
 from rlbench.runner import run
 from rlbench.runtime.distributed import messages
@@ -427,23 +427,40 @@ def test_a_stop_reason_is_one_line_even_when_a_role_exits_cleanly_with_a_large_r
 @pytest.mark.parametrize("signum, code, reason", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
                                                   (signal.SIGHUP, 129, "stopped by SIGHUP")])
 def test_sigterm_and_sighup_stop_a_run_in_order_and_write_its_result(tmp_path, signum, code, reason):
+    import pty
+    import re
+
+    import rlbench
+    from rlbench.runtime.distributed.roles import actors_lead
+
     out = tmp_path / "result.json"
+    # stderr on a terminal, so the run draws its progress: the signal goes once the actors are past
+    # the steps the rate limiter lets them make before the learner's first updates (an event: a fixed
+    # 6 s sleep saw no update on a loaded machine)
+    hp = rlbench.get_registry().get("algorithm", "dqn").create().Config(learning_starts=200, batch_size=32)
+    past_the_lead = actors_lead(hp, 2) + 8 * hp.train_every
+    terminal, its_other_end = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "rlbench", "run", "--placement", "server", "--transport", "tcp",
                              "--actors", "2", "--steps", "1000000", "--eval-episodes", "0", "--out", str(out),
                              "--hp", "learning_starts=200", "--hp", "batch_size=32"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=its_other_end, text=True)
+    os.close(its_other_end)
+
+    def learning(shown: str) -> bool:
+        steps = re.findall(r"([0-9,]+)/1,000,000 steps", shown)
+        return bool(steps) and int(steps[-1].replace(",", "")) > past_the_lead
+
     try:
-        deadline = time.monotonic() + 90
-        while len([p for p in rlb_processes() if p[1].startswith("rlb-actor")]) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        time.sleep(6.0)  # the learner imports torch and starts learning meanwhile
+        stderr = read_terminal(terminal, until=learning, process=proc, cap_s=300)  # a cap, not a speed
+        assert learning(stderr), f"the run never got past {past_the_lead:,.0f} steps: {stderr[-2000:]}"
         proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=90)
+        stderr += read_terminal(terminal, until=lambda shown: False, process=proc, cap_s=90)
+        proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        os.close(terminal)
     assert proc.returncode == code, stderr
     assert "Traceback" not in stderr
     saved = json.loads(out.read_text())

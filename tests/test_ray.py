@@ -18,6 +18,7 @@ from ray_support import local_cluster, node_of_resource, ray_unavailable
 from support import REPO, killed_mid_way
 from rlbench.config import RunConfig
 from rlbench.errors import InvalidCombinationError
+from rlbench.runtime import patience
 from rlbench.runner import run
 
 pytestmark = pytest.mark.skipif(ray_unavailable() is not None, reason=str(ray_unavailable()))
@@ -111,7 +112,7 @@ def test_a_dqn_run_puts_replay_learner_and_actors_on_three_nodes(cluster, placem
     assert set(launcher["nodes"]) == set(nodes.values())
     for node in launcher["nodes"].values():  # each node's own fingerprint: CPU, plugins
         assert node["fingerprint"]["cpu"] and "plugins" in node["fingerprint"]
-    assert 0 < launcher["startup_s"] < 120
+    assert 0 < launcher["startup_s"] < patience(120)  # measured, in seconds (a loaded machine's start is slower)
     shown = render(result)
     assert f"ray {ray.__version__}" in shown
     for node_id in nodes.values():

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from support import REPO, write_plugin_dist
+from support import REPO, read_terminal, write_plugin_dist
 from rlbench.config import read_toml
 from rlbench.errors import RlbenchError
 from rlbench.report.sweep import FAILURE_SCHEMA, load_study, parse_grid, parse_sets, run_config, run_study
@@ -158,19 +158,24 @@ def test_ctrl_c_stops_the_running_cell_and_keeps_finished_results(tmp_path):
     command = [sys.executable, "-m", "rlbench", "sweep", "--name", "interrupted", "--seeds", "1",
                "--out", str(folder), "--grid", "steps=600,400000",
                *[arg for item in TINY if not item.startswith("steps=") for arg in ("--set", item)]]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # stderr on a terminal, so the study draws its progress bar: the signal is sent once the bar shows
+    # the second cell's first env steps (an event; a fixed sleep read 0 steps on a loaded machine)
+    terminal, its_other_end = pty.openpty()
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=its_other_end, text=True,
                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+    os.close(its_other_end)
     first = folder / "runs" / "steps-600_seed-0.json"
-    second_log = folder / "runs" / "steps-400000_seed-0.log"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not (first.exists() and second_log.exists()):
-        time.sleep(0.2)
-    time.sleep(4)  # the second cell is training now
+    second_stepping = re.compile(r"steps=400000 seed=0 0*[1-9][0-9,]*/400,000 steps")
+    err = read_terminal(terminal, until=lambda shown: second_stepping.search(shown) is not None, process=process,
+                         cap_s=300)  # a cap for a machine that never gets there, not a speed: the wait ends at the event
+    assert second_stepping.search(err), f"the second cell never stepped: {err[-2000:]}"
     process.send_signal(signal.SIGINT)
     try:
-        out, err = process.communicate(timeout=60)
+        err += read_terminal(terminal, until=lambda shown: False, process=process, cap_s=60)
+        process.communicate(timeout=60)
     finally:
         process.kill()
+        os.close(terminal)
     assert process.returncode == 130, err
     assert json.loads(first.read_text())["status"] == "complete"
     second = json.loads((folder / "runs" / "steps-400000_seed-0.json").read_text())

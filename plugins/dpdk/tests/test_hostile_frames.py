@@ -19,7 +19,10 @@ from rlbench_dpdk.testing import RawMemifPeer
 from rlbench_dpdk.transport import DpdkTransport
 
 MiB = 1 << 20
-FUZZ_SECONDS = 2.0
+FUZZ_CASES = 32  # about 2 s on a quiet machine; the first 6 are one of each kind, the rest drawn at random
+# Ends a run on a machine so loaded that the cases would take minutes; never reached otherwise, and
+# no assertion of speed: the checks below hold for however many cases ran.
+FUZZ_CAP_S = 60.0
 ANSWER_TIMEOUT_S = 10.0  # how long an honest peer waits for its answer after a hostile one
 
 
@@ -251,15 +254,16 @@ def fuzz_frames(rng: random.Random, raw: RawMemifPeer, wire, limit: int, mode: i
 
 
 def test_fuzz_memif_frames(honest_pair, wire):
-    """A fixed seed, a bounded time: after it, the listener answers, its memory grew by less than a
-    bound, no message over its limit or not sent whole was delivered, and its stats say what it refused."""
+    """A fixed seed, a fixed number of cases (not a fixed time: a loaded machine runs fewer in a
+    window): after them, the listener answers, its memory grew by less than a bound, no message over
+    its limit or not sent whole was delivered, and its stats say what it refused."""
     limit = MiB
     rng = random.Random(20240613)
     listener, honest = honest_pair(max_message_bytes=limit, give_up_s=0.5)
     virtual, resident = memory()
     cases = 0
-    deadline = time.monotonic() + FUZZ_SECONDS
-    while time.monotonic() < deadline:
+    cap = time.monotonic() + FUZZ_CAP_S
+    while cases < FUZZ_CASES and (cases < 6 or time.monotonic() < cap):
         raw = raw_peer(listener, wire)
         try:
             mode = cases if cases < 6 else rng.randrange(6)  # every kind of case first, then at random
@@ -273,11 +277,13 @@ def test_fuzz_memif_frames(honest_pair, wire):
         finally:
             raw.close()
         cases += 1
-    drain(listener, 1.0)  # stalls time out, departed ports are given back
+    # Stalls time out (give_up_s) and departed ports are given back: wait for that, not for a fixed time.
+    settled = time.monotonic() + 10 * ANSWER_TIMEOUT_S  # a cap, not a speed: the assertion is on the peers
+    while len(listener.peers) > 1 and time.monotonic() < settled:
+        drain(listener, 0.05)
     still_serves(listener, honest, timeout=ANSWER_TIMEOUT_S)
     grown = [after - before for after, before in zip(memory(), (virtual, resident))]
     assert grown[1] < 64 * MiB, f"{cases} fuzz cases grew the listener's memory by {grown[1] / MiB:.0f} MiB"
     stats = listener.stats
-    assert cases >= 10, f"only {cases} fuzz cases ran"
     assert stats["malformed"] > 0 and stats["refused_oversize"] > 0 and stats["dropped_peers"] > 0, stats
     assert len(listener.peers) == 1, f"peers left behind: {listener.peers}"

@@ -16,7 +16,10 @@ from rlbench.kit.framing import TransportClosedError
 from rlbench.runtime.distributed.replay_node import MAX_ERRORS_BEFORE_AUTH
 from rlbench_dpdk.transport import DpdkTransport
 
-FUZZ_SECONDS = 2.0
+FUZZ_MESSAGES = 400  # about 1 s on a quiet machine, some 20 connections dropped before auth
+# Ends a run on a machine so loaded that the messages would take minutes; never reached otherwise,
+# and no assertion of speed: the checks below hold for however many messages were sent.
+FUZZ_CAP_S = 60.0
 
 
 def transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -56,8 +59,8 @@ def test_a_replay_node_over_dpdk_survives_garbage_and_mutated_messages(dpdk_avai
             assert all(reply[:2] == b"RB" for reply in corpus), "the node's answers are not its wire's messages"
             sent = dropped = 0
             on_this_connection = len(corpus)
-            deadline = time.monotonic() + FUZZ_SECONDS
-            while time.monotonic() < deadline:
+            cap = time.monotonic() + FUZZ_CAP_S
+            while sent < FUZZ_MESSAGES and time.monotonic() < cap:
                 message = rng.choice(corpus)
                 sent += 1
                 try:
@@ -80,8 +83,7 @@ def test_a_replay_node_over_dpdk_survives_garbage_and_mutated_messages(dpdk_avai
         sample = node.learner.sample(16, 0.4)
         assert len(sample.indices) == 16
         counters = node.report()["counters"]
-        assert sent > 50 and dropped > 0, \
-            f"only {sent} fuzz messages ({dropped} connections dropped) in {FUZZ_SECONDS} s"
+        assert dropped > 0, f"{sent} fuzz messages and no connection dropped"
         assert counters.get("malformed", 0) > 0 and counters.get("unauthenticated", 0) > 0, counters
         assert counters.get("dropped_before_auth") == dropped, counters
         refusals = counters.get("malformed", 0) + counters.get("unauthenticated", 0)

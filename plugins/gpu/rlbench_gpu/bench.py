@@ -519,49 +519,62 @@ def _format_profile(profile: dict[str, Any]) -> str:
 def bench_command(seconds: float, num_envs: int, capacity: int, dqn_capacity: int, e2e_steps: int, e2e_num_envs: int,
                   full: bool, cnn_capacity: int, figures: tuple[str, ...], capture: str, profiling: bool,
                   device: str | None, as_json: bool) -> None:
-    """Issue #22's figures (and #39's CNN update): each beside its CPU peer and references, in one run."""
-    resolved, pinned, label = _setup(device)
-    from dataclasses import asdict
+    """Issue #22's figures (and #39's CNN update): each beside its CPU peer and references, in one run.
+    Each figure is printed as it completes; one that fails prints its error in its row and the others
+    still run. Exit status: 0 every figure measured, 1 any failed."""
+    import sys
 
-    from rlbench_gpu.suite import Bench, run_suite
+    resolved, pinned, label = _setup(device)
+    from rlbench_gpu.suite import run_suite
 
     chosen = figures or tuple(_FIGURES)
+
+    def header(report: dict[str, Any]) -> None:
+        import torch
+
+        click.echo("# rlbench gpu bench: each figure beside its CPU peer and plain-torch references, measured in this run")
+        click.echo(f"# device: {label}")
+        click.echo(f"# torch {torch.__version__}; threads: {pinned}; rlbench launches: K={report['updates_per_launch']} "
+                   f"updates, S={report['env_steps_per_launch']} env steps, capture {capture}; median of "
+                   f"{report['rounds']} rounds of {seconds / report['rounds']:.2f} s")
+        click.echo(f"# energy: {report['energy']}")
+        click.echo("# x peer: rate / the CPU peer's rate; ops: computing aten ops per unit (~ kernel launches on CUDA); "
+                   "start: warm-up + capture s")
+
+    # The text is printed figure by figure (a long run's first figures are on screen, and in a log,
+    # before the last one starts); --json is one document, written when the last figure is done.
     report = {"threads": pinned, **run_suite(resolved, seconds=seconds, capture=capture, label=label,
                                              num_envs=num_envs, capacity=capacity, dqn_capacity=dqn_capacity,
                                              e2e_steps=None if full else e2e_steps, e2e_num_envs=e2e_num_envs,
-                                             eval_episodes=10 if full else 0,
-                                             figures=tuple(f for f in chosen if f != CNN_FIGURE), profiling=profiling)}
-    if CNN_FIGURE in chosen:
-        report["figures"].append(asdict(cnn_update(Bench(resolved, seconds, capture, label, profiling), cnn_capacity)))
+                                             eval_episodes=10 if full else 0, figures=chosen, profiling=profiling,
+                                             more={CNN_FIGURE: lambda bench: cnn_update(bench, cnn_capacity)},
+                                             on_start=None if as_json else header,
+                                             on_figure=None if as_json else _print_figure)}
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        return
-    import torch
+    if report["failed"]:
+        click.echo(f"error: {len(report['failed'])} of {len(report['figures'])} figures failed: "
+                   f"{', '.join(report['failed'])} (each says why in its row)", err=True)
+        sys.exit(1)
 
-    click.echo("# rlbench gpu bench: each figure beside its CPU peer and plain-torch references, measured in this run")
-    click.echo(f"# device: {label}")
-    click.echo(f"# torch {torch.__version__}; threads: {pinned}; rlbench launches: K={report['updates_per_launch']} "
-               f"updates, S={report['env_steps_per_launch']} env steps, capture {capture}; median of "
-               f"{report['rounds']} rounds of {seconds / report['rounds']:.2f} s")
-    click.echo(f"# energy: {report['energy']}")
-    click.echo("# x peer: rate / the CPU peer's rate; ops: computing aten ops per unit (~ kernel launches on CUDA); "
-               "start: warm-up + capture s")
-    for figure in report["figures"]:
-        click.echo("")
-        click.echo(f"{figure['title']}  (this run: {figure['conditions']})")
-        click.echo(f"  target on an H100: {figure['target']:,.0f}; {figure['judged']}" if figure["target"] is not None
-                   else f"  {figure['judged']}")
-        for row in figure["rows"]:
-            rate = f"{row['rate']:>15,.0f} {row['unit']:<11}" if row["rate"] is not None else f"{'-':>15} {'':<11}"
-            ratio = row["extra"].get("x_peer")
-            energy = (f"{row['joules_per_million']:,.1f} J/1M" if row["joules_per_million"] is not None else
-                      (f"energy: {row['energy_note']}" if row["energy_note"] else ""))
-            details = [f"x{ratio:.2f} peer" if ratio is not None else "",
-                       f"{row['ops_per_unit']} ops" if row["ops_per_unit"] is not None else "",
-                       f"start {row['startup_s']:.2f} s" if row["startup_s"] is not None else "",
-                       ", ".join(f"{k} {v}" for k, v in row["extra"].items() if k not in ("x_peer",)
-                                 and v is not None), energy]
-            click.echo(f"  {row['subject']}")
-            click.echo(f"      {row['where']:<7} {rate} {'; '.join(d for d in details if d)}  [{row['label']}]")
-            if row["profile"]:
-                click.echo(_format_profile(row["profile"]))
+
+def _print_figure(figure: dict[str, Any]) -> None:
+    conditions = f"  (this run: {figure['conditions']})" if figure["conditions"] else ""
+    click.echo("")
+    click.echo(f"{figure['title']}{conditions}")
+    click.echo(f"  target on an H100: {figure['target']:,.0f}; {figure['judged']}" if figure["target"] is not None
+               else f"  {figure['judged']}")
+    for row in figure["rows"]:
+        rate = f"{row['rate']:>15,.0f} {row['unit']:<11}" if row["rate"] is not None else f"{'-':>15} {'':<11}"
+        ratio = row["extra"].get("x_peer")
+        energy = (f"{row['joules_per_million']:,.1f} J/1M" if row["joules_per_million"] is not None else
+                  (f"energy: {row['energy_note']}" if row["energy_note"] else ""))
+        details = [f"x{ratio:.2f} peer" if ratio is not None else "",
+                   f"{row['ops_per_unit']} ops" if row["ops_per_unit"] is not None else "",
+                   f"start {row['startup_s']:.2f} s" if row["startup_s"] is not None else "",
+                   ", ".join(f"{k} {v}" for k, v in row["extra"].items() if k not in ("x_peer",)
+                             and v is not None), energy]
+        click.echo(f"  {row['subject']}")
+        click.echo(f"      {row['where']:<7} {rate} {'; '.join(d for d in details if d)}  [{row['label']}]")
+        if row["profile"]:
+            click.echo(_format_profile(row["profile"]))

@@ -62,6 +62,7 @@ class Figure:
     peer: str = ""  # the subject whose rate the others are compared with
     conditions: str = ""  # this run's sizes, where they differ from the target's
     judged: str = ""  # the target met or not, or why it is not judged here
+    error: str = ""  # why the figure failed to measure ("" when it did): its one row says so too
 
 
 class Bench:
@@ -263,8 +264,7 @@ def replay_cycles(bench: Bench, capacity: int) -> Figure:
 
     def captured_cycles() -> None:
         for _ in range(PER_LAUNCH):
-            sample = replay.draw(256, beta)
-            replay.set_priorities(sample.indices, sample.weights + 0.01)  # stands in for new |TD errors|
+            replay_cycle(replay, beta)
 
     compute = GpuCompute(device, capture=bench.capture)
     launch = compute.capture(captured_cycles, [replay.generator])
@@ -272,8 +272,7 @@ def replay_cycles(bench: Bench, capacity: int) -> Figure:
     figure.rows.append(bench.row(f"rlbench: replay gpu draw + set_priorities, {PER_LAUNCH} per launch "
                                  f"({launch.describe()})", launch, PER_LAUNCH, "cycles/s", startup_s=startup,
                                  profile_per=(PER_LAUNCH, "cycle"),
-                                 ops_per_unit=ops_per_unit(lambda: replay.set_priorities(*_draw_weights(replay, beta)),
-                                                           1) + ops_per_unit(lambda: replay.draw(256, beta), 1)))
+                                 ops_per_unit=replay_cycle_ops(replay, beta)))
     device_priorities = torch.rand(256, device=device) + 1e-3
 
     def loop_calls() -> None:  # what the local loop calls: sample, then update_priorities (one sync each)
@@ -296,9 +295,17 @@ def replay_cycles(bench: Bench, capacity: int) -> Figure:
     return figure
 
 
-def _draw_weights(replay: Any, beta: Any) -> tuple[Any, Any]:
+def replay_cycle(replay: Any, beta: Any) -> None:
+    """One cycle of the replay figure, as the captured learner step makes it: draw 256, then set their
+    priorities (the weights stand in for the new |TD errors|)."""
     sample = replay.draw(256, beta)
-    return sample.indices, sample.weights + 0.01
+    replay.set_priorities(sample.indices, sample.weights + 0.01)
+
+
+def replay_cycle_ops(replay: Any, beta: Any) -> int:
+    """Computing ops of one replay_cycle, its draw counted once. (The count was once the cycle's plus
+    a draw's on its own, the draw twice: 118 where a cycle is 79 on CUDA.)"""
+    return ops_per_unit(lambda: replay_cycle(replay, beta), 1)
 
 
 def env_steps(bench: Bench, num_envs: int) -> Figure:
@@ -442,20 +449,58 @@ def judge(figure: Figure, bench: Bench) -> None:
                           + (f" within {within_s:.0f} s)" if within_s else ")"))
 
 
+def failed_figure(key: str, error: Exception, bench: Bench) -> Figure:
+    """The figure `key` that raised `error`: one row saying so, where the figure's rows would be."""
+    import traceback
+
+    title, target = TARGETS.get(key, (key, None))
+    frames = traceback.extract_tb(error.__traceback__)
+    at = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    message = f"{type(error).__name__}: {error}".strip().splitlines()[0] + at
+    return Figure(key, title, target, rows=[Row(f"{key}: failed, not measured", bench.where, label=f"failed: {message}")],
+                  judged=f"failed: {message}", error=message)
+
+
+def measured_figure(key: str, make: Callable[[], Figure], bench: Bench) -> Figure:
+    """make() judged, or, where it raises, a failed figure: one figure's failure costs the run no other."""
+    try:
+        figure = make()
+        if not figure.judged:  # a figure with no target (cnn_update) gives its own verdict
+            judge(figure, bench)
+        return figure
+    except Exception as error:  # noqa: BLE001 - any failure of a figure is that figure's row; Ctrl-C still stops
+        return failed_figure(key, error, bench)
+
+
 def run_suite(device: Any, *, seconds: float, capture: str, label: str, num_envs: int, capacity: int,
               dqn_capacity: int, e2e_steps: int | None, e2e_num_envs: int, eval_episodes: int,
-              figures: tuple[str, ...], profiling: bool = False) -> dict[str, Any]:
+              figures: tuple[str, ...], profiling: bool = False,
+              more: dict[str, Callable[[Bench], Figure]] | None = None,
+              on_start: Callable[[dict[str, Any]], None] | None = None,
+              on_figure: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The figures in the order named, each kept (and handed to on_figure) as it completes, a failed
+    one as a row with its error; `more`: figures measured by the caller (bench.py's cnn_update);
+    on_start gets the report's header before the first figure; "failed" lists the failed figures' keys."""
     bench = Bench(device, seconds, capture, label, profiling)
-    makers = {"dqn_updates": lambda: dqn_updates(bench, dqn_capacity),
-              "replay_cycles": lambda: replay_cycles(bench, capacity),
-              "env_steps": lambda: env_steps(bench, num_envs),
-              "dqn_e2e": lambda: end_to_end(bench, "dqn", e2e_steps, e2e_num_envs, eval_episodes),
-              "ddpg_e2e": lambda: end_to_end(bench, "ddpg", e2e_steps, e2e_num_envs, eval_episodes)}
-    done = []
+    makers: dict[str, Callable[[], Figure]] = {
+        "dqn_updates": lambda: dqn_updates(bench, dqn_capacity),
+        "replay_cycles": lambda: replay_cycles(bench, capacity),
+        "env_steps": lambda: env_steps(bench, num_envs),
+        "dqn_e2e": lambda: end_to_end(bench, "dqn", e2e_steps, e2e_num_envs, eval_episodes),
+        "ddpg_e2e": lambda: end_to_end(bench, "ddpg", e2e_steps, e2e_num_envs, eval_episodes)}
+    for key, make in (more or {}).items():
+        makers[key] = (lambda make: lambda: make(bench))(make)
+    report: dict[str, Any] = {
+        "device": label, "measured_on": str(device), "capture": capture, "updates_per_launch": PER_LAUNCH,
+        "env_steps_per_launch": ENV_STEPS_PER_LAUNCH, "rounds": ROUNDS, "seconds_per_subject": seconds,
+        "energy": bench.energy_reason or "NVML", "figures": [], "failed": []}
+    if on_start is not None:
+        on_start(report)
     for key in figures:
-        figure = makers[key]()
-        judge(figure, bench)
-        done.append(figure)
-    return {"device": label, "measured_on": str(device), "capture": capture, "updates_per_launch": PER_LAUNCH,
-            "env_steps_per_launch": ENV_STEPS_PER_LAUNCH, "rounds": ROUNDS, "seconds_per_subject": seconds,
-            "energy": bench.energy_reason or "NVML", "figures": [asdict(f) for f in done]}
+        figure = asdict(measured_figure(key, makers[key], bench))
+        report["figures"].append(figure)
+        if figure["error"]:
+            report["failed"].append(key)
+        if on_figure is not None:
+            on_figure(figure)
+    return report

@@ -1,6 +1,7 @@
 """The benchmark commands, run as users run them: on the CPU device they label their figures so and
 print their peers; `gpu dqn` runs the registered components through rlbench.run, so CUDA only."""
 
+import json
 import os
 import re
 import subprocess
@@ -118,3 +119,81 @@ def test_gpu_bench_profile_prints_where_each_captured_launch_spends_its_time():
     assert len(lines) == 1 and "host ops (outermost)" in lines[0] and "costliest: " in lines[0]
     assert "profile per" not in rlbench_command("gpu", "bench", "--device", "cpu", "--seconds", "0.05",
                                                 "--dqn-capacity", "5000", "--figure", "dqn_updates")
+
+
+def test_a_replay_cycle_counts_its_draw_once():
+    """The replay figure's ops per cycle: a draw and a set_priorities, not a cycle plus another draw
+    (118 where a cycle is 79 on CUDA)."""
+    import numpy as np
+
+    from rlbench.kit.bench import cartpole_batch
+    from rlbench_gpu.replay import GpuPrioritizedReplay
+    from rlbench_gpu.suite import ops_per_unit, replay_cycle, replay_cycle_ops
+
+    rng = np.random.default_rng(0)
+    replay = GpuPrioritizedReplay(2000, seed=0, device="cpu")
+    replay.add(cartpole_batch(rng, 2000), rng.exponential(1.0, 2000) + 1e-3)
+    beta = torch.full((), 0.4, dtype=torch.float64)
+    draw = ops_per_unit(lambda: replay.draw(256, beta), 1)
+    sample = replay.draw(256, beta)
+    set_priorities = ops_per_unit(lambda: replay.set_priorities(sample.indices, sample.weights + 0.01), 1)
+    cycle = replay_cycle_ops(replay, beta)
+    assert draw > 0 and set_priorities > 0
+    assert cycle == draw + set_priorities
+    assert cycle == ops_per_unit(lambda: [replay_cycle(replay, beta) for _ in range(4)], 4)
+
+
+def _figure_of(key, rate):
+    from rlbench_gpu.suite import TARGETS, Figure, Row
+
+    return Figure(key, *TARGETS[key], rows=[Row(f"rlbench: {key}", "cpu", rate, "units/s"),
+                                            Row(f"CPU peer: {key}", "host", rate / 2, "units/s")], peer="CPU peer")
+
+
+def test_the_suite_hands_on_each_figure_as_it_completes_and_keeps_the_others_when_one_fails(monkeypatch):
+    import rlbench_gpu.suite as suite
+
+    handed_on = []
+
+    def failing(bench, capacity):
+        assert [f["key"] for f in handed_on] == ["dqn_updates"]  # the first figure is out before this one starts
+        raise RuntimeError("the device fell over\nsecond line")
+
+    monkeypatch.setattr(suite, "dqn_updates", lambda bench, capacity: _figure_of("dqn_updates", 100.0))
+    monkeypatch.setattr(suite, "replay_cycles", failing)
+    monkeypatch.setattr(suite, "env_steps", lambda bench, num_envs: _figure_of("env_steps", 300.0))
+    report = suite.run_suite(torch.device("cpu"), seconds=0.05, capture="eager", label="cpu device", num_envs=8,
+                             capacity=1000, dqn_capacity=1000, e2e_steps=10, e2e_num_envs=1, eval_episodes=0,
+                             figures=("dqn_updates", "replay_cycles", "env_steps"), on_figure=handed_on.append)
+    assert [f["key"] for f in handed_on] == [f["key"] for f in report["figures"]] == ["dqn_updates", "replay_cycles",
+                                                                                    "env_steps"]
+    assert report["failed"] == ["replay_cycles"]
+    failed = report["figures"][1]
+    assert failed["error"].startswith("RuntimeError: the device fell over (at test_bench.py:")
+    assert len(failed["rows"]) == 1 and failed["rows"][0]["label"] == f"failed: {failed['error']}"
+    assert [f["rows"][0]["extra"]["x_peer"] for f in (report["figures"][0], report["figures"][2])] == [2.0, 2.0]
+
+
+def test_gpu_bench_prints_a_failed_figure_in_its_row_prints_the_rest_and_exits_1(monkeypatch):
+    from click.testing import CliRunner
+
+    import rlbench_gpu.bench as bench
+    import rlbench_gpu.suite as suite
+
+    # the cpu device without pinning this test process to one thread
+    monkeypatch.setattr(bench, "_setup", lambda device: (torch.device("cpu"), {}, "cpu device: a test"))
+    monkeypatch.setattr(suite, "dqn_updates", lambda bench, capacity: _figure_of("dqn_updates", 100.0))
+    monkeypatch.setattr(suite, "replay_cycles", lambda bench, capacity: 1 / 0)
+    monkeypatch.setattr(suite, "env_steps", lambda bench, num_envs: _figure_of("env_steps", 300.0))
+    args = ["bench", "--figure", "replay_cycles", "--figure", "dqn_updates", "--figure", "env_steps"]
+    done = CliRunner().invoke(bench.gpu, args)
+    assert done.exit_code == 1, done.output
+    lines = done.output.splitlines()
+    failed_row = next(line for line in lines if "[failed: ZeroDivisionError: division by zero (at test_bench.py:" in line)
+    assert lines.index(failed_row) < lines.index("  rlbench: dqn_updates") < lines.index("  rlbench: env_steps")
+    assert "1 of 3 figures failed: replay_cycles (each says why in its row)" in done.output
+    assert sum("x2.00 peer" in line for line in lines) == 2
+    as_json = CliRunner().invoke(bench.gpu, [*args, "--json"])
+    assert as_json.exit_code == 1
+    report = json.loads(as_json.stdout)
+    assert report["failed"] == ["replay_cycles"] and len(report["figures"]) == 3

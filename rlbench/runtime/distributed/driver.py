@@ -19,7 +19,7 @@ import numpy as np
 from rlbench.metrics import Histogram, Recorder
 from rlbench.registry import load_object
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats
-from rlbench.runtime import transitions
+from rlbench.runtime import patience, transitions
 from rlbench.runtime.distributed import messages
 from rlbench.runtime.distributed.channel import Channel
 from rlbench.runtime.distributed.messages import Op
@@ -110,8 +110,8 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
 
         actors = [start_actor(i, i) for i in range(config.actors)]
         for shard_address in addresses:
-            control = Channel(transport.connect(shard_address, timeout=REQUEST_TIMEOUT_S),
-                              reliable=plan.transport.capabilities.reliable, timeout=REQUEST_TIMEOUT_S)
+            control = Channel(transport.connect(shard_address, timeout=patience(REQUEST_TIMEOUT_S)),
+                              reliable=plan.transport.capabilities.reliable, timeout=patience(REQUEST_TIMEOUT_S))
             controls.append(control)
             control.authenticate("launcher", 0, messages.role_key(secret, "launcher", 0))
         reported_dead: set[str] = set()

@@ -23,7 +23,7 @@ from rlbench.errors import RlbenchError
 from rlbench.machine_state import threads_in_use
 from rlbench.metrics import CPU_SAMPLE_EVERY, CpuMeter, Recorder, time_split
 from rlbench.plugins import get_registry
-from rlbench.runtime import checkpoint, transitions
+from rlbench.runtime import checkpoint, patience, transitions
 from rlbench.runtime.distributed.channel import Channel, RemoteError
 from rlbench.runtime.distributed.messages import WireError, role_name
 from rlbench.runtime.distributed.rate_limiter import RateLimiter
@@ -35,7 +35,7 @@ from rlbench.runtime.policies.data_parallel import GroupEnded
 ACTOR_INSERT_TRANSITIONS = 128  # transitions per INSERT message (amortises a round trip and the node's work)
 PUSH_CREDIT = 2  # batches an in-network replay node may stream ahead of the learner
 RATE_SLACK_BATCHES = 16  # the rate limiter's slack is at least this many learner batches
-REQUEST_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 60.0  # before a peer is taken for lost; rlbench.runtime.patience scales it on a loaded machine
 # What a role's own histograms say about where its time went (its replay client adds the time it was
 # blocked in replay and weights calls; the rest of its loop is rlbench's bookkeeping).
 ACTOR_TIMES = {"env.step": "env", "actor.inference": "inference"}
@@ -122,8 +122,8 @@ def connect(spec: RoleSpec, transport: Any, capabilities: Any, recorder: Recorde
             frames: int = 0) -> ReplayClient:
     """A role's authenticated channel to the replay node, and the replay client over it (`frames`: an
     image run's actor's, whose INSERTs carry each frame once)."""
-    connection = transport.connect(spec.address, timeout=REQUEST_TIMEOUT_S)
-    channel = Channel(connection, reliable=capabilities.reliable, timeout=REQUEST_TIMEOUT_S, recorder=recorder)
+    connection = transport.connect(spec.address, timeout=patience(REQUEST_TIMEOUT_S))
+    channel = Channel(connection, reliable=capabilities.reliable, timeout=patience(REQUEST_TIMEOUT_S), recorder=recorder)
     channel.authenticate(role, spec.index, spec.secret)
     return ReplayClient(channel, frames=frames)
 
@@ -357,7 +357,7 @@ def _flush(client: ReplayClient, chunk: dict[str, list], layout: transitions.Lay
 
 def _fetch_weights(client: ReplayClient, actor: Any, have: int, *, wait: bool) -> int:
     """Pick up newer weights from the replay node; at start, wait until the learner published."""
-    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    deadline = time.monotonic() + patience(REQUEST_TIMEOUT_S)
     while True:
         got = client.fetch_params(have)
         if got is not None:
@@ -416,9 +416,10 @@ def learner_main(spec: RoleSpec, announce=None) -> dict[str, Any]:
     lost = ""
     loop_t0 = time.perf_counter()
     cpu = CpuMeter()
+    push_timeout = patience(REQUEST_TIMEOUT_S)
     try:
         while True:
-            sample = client.wait_pushed(REQUEST_TIMEOUT_S) if in_network else client.sample(batch_size, beta)
+            sample = client.wait_pushed(push_timeout) if in_network else client.sample(batch_size, beta)
             if group is not None:
                 group.begin_step(alive=sample is not None)
             if sample is None:

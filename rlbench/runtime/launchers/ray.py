@@ -45,6 +45,7 @@ from rlbench.config import component_kind
 from rlbench.errors import InvalidCombinationError, RlbenchError
 from rlbench.kit.framing import AddressError
 from rlbench.machine_state import thread_environment
+from rlbench.runtime import patience
 from rlbench.runtime.distributed.messages import role_name
 from rlbench.runtime.distributed.roles import RoleSpec
 from rlbench.runtime.launchers import (
@@ -62,7 +63,7 @@ from rlbench.runtime.launchers import (
 from rlbench.runtime.policies import policy_of
 
 ROLE_CPUS = 1.0  # logical CPUs each role asks of its node
-PLACE_TIMEOUT_S = 60.0  # for a role's actor to start on its node
+PLACE_TIMEOUT_S = 60.0  # for a role's actor to start on its node (rlbench.runtime.patience scales it)
 GROUP_TIMEOUT_S = 30.0  # for the run's placement group (--placement-strategy) to be reserved
 RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict-pack": "STRICT_PACK", "strict-spread": "STRICT_SPREAD"}
 STOP_CONFIRM_S = 10.0  # after ray.kill, how long to wait for each actor's process to be gone
@@ -498,13 +499,14 @@ class RayLauncher:
         for name, role in self.roles.items():
             refs[name] = role.actor.where.remote(components, role.node.node_id not in first_on_node)
             first_on_node.add(role.node.node_id)
-        deadline = time.monotonic() + PLACE_TIMEOUT_S
+        place_timeout = patience(PLACE_TIMEOUT_S)
+        deadline = time.monotonic() + place_timeout
         for name, ref in refs.items():
             role = self.roles[name]
             try:
                 role.facts = self.ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
             except self.ray.exceptions.GetTimeoutError:
-                raise RlbenchError(f"{name} did not start on {role.node} within {PLACE_TIMEOUT_S:.0f} s: its "
+                raise RlbenchError(f"{name} did not start on {role.node} within {place_timeout:.0f} s: its "
                                    f"resources ({ROLE_CPUS:g} CPU) may be taken by other jobs") from None
             except self.ray.exceptions.RayError as exc:
                 raise RlbenchError(f"{name} could not start on {role.node}: {one_line(exc)}") from None
@@ -578,7 +580,8 @@ class RayLauncher:
 
     def wait_address(self, node: RoleHandle) -> str:
         role: RayRole = node.process
-        deadline = time.monotonic() + START_TIMEOUT_S
+        start_timeout = patience(START_TIMEOUT_S)
+        deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             try:
                 address = self.ray.get(role.actor.announced.remote(POLL_S), timeout=POLL_S + 30)
@@ -588,7 +591,7 @@ class RayLauncher:
                 return reachable(address, role.node.ip)
             if not node.alive():
                 raise RoleFailedError(f"{called(node)} exited before it listened: {self.failure_of(node)}")
-        raise RoleFailedError(f"{called(node)} did not start listening within 2 minutes")
+        raise RoleFailedError(f"{called(node)} did not start listening within {start_timeout:.0f} s")
 
     def collect(self) -> dict[str, tuple[str, Any]]:
         outcomes = {}
