@@ -66,7 +66,10 @@ def _error_line(exc: BaseException) -> str:
 
 def build(extra_plugins: Iterable[tuple[str, Any]] = (), *, load_entry_points: bool = True,
           disable: set[str] | None = None) -> tuple[Registry, pluggy.PluginManager]:
-    """Build a fresh registry. `extra_plugins` are (name, plugin object) pairs, used by tests."""
+    """Build a fresh registry. `extra_plugins` are (name, plugin object) pairs, used by tests; one stands
+    in for an installed entry point of the same name (rlbench.testing.registered)."""
+    extra_plugins = list(extra_plugins)
+    extra_names = {normalised(name) for name, _ in extra_plugins}
     disable = {normalised(name) for name in (disabled_plugins() if disable is None else disable)}
     manager = pluggy.PluginManager(PROJECT)
     manager.add_hookspecs(hookspecs)
@@ -78,7 +81,8 @@ def build(extra_plugins: Iterable[tuple[str, Any]] = (), *, load_entry_points: b
         offered.append(Offered(BUILTIN, "rlbench itself", lambda: importlib.import_module("rlbench.builtin")))
     if load_entry_points:
         offered += [Offered(ep.name, f"distribution {ep.dist.name if ep.dist else ep.value!r}", ep.load)
-                    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)]
+                    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+                    if normalised(ep.name) not in extra_names]
     offered += [Offered(name, "the caller", lambda obj=obj: obj) for name, obj in extra_plugins]
     offered = [o for o in offered if normalised(o.name) not in disable]
 

@@ -255,8 +255,9 @@ class Listener(Protocol):
     - `stats` has at least messages_sent, messages_received, bytes_sent, bytes_received, lost, and
       the peer faults `refused_oversize`, `malformed`, `slow_consumers`, `dropped_peers`
       (`rlbench.kit.framing.PEER_FAULTS`).
-    - `drop(peer)` closes one peer's connection (the replay node drops a peer that failed
-      authentication, or that keeps sending before it authenticates).
+    - Optional: `drop(peer)` closes one peer's connection (the replay node drops a peer that failed
+      authentication, or that keeps sending before it authenticates). Without it such a peer stays
+      connected, and the node reads and ignores what it sends (counted in `ignored_before_auth`).
     - Admission, where the transport's capabilities say `admission=True` (optional otherwise):
       `expect_admission(*, handshake_s, max_strangers)` switches it on (bad values raise
       RlbenchError) and `admit(peer)` marks a peer admitted (the replay node calls it when the peer
@@ -518,6 +519,11 @@ class LearnerGroup(Protocol):
 
     def attach(self, learner: Any) -> None:
         """Join the learner's training to the group's (e.g. average its gradients across learners)."""
+        ...
+
+    def begin_step(self, alive: bool) -> None:
+        """Before each update: whether this learner has a batch (`alive`); the group agrees on it, so
+        every learner stops at the same step."""
         ...
 
     def leave(self) -> None:

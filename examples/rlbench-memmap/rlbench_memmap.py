@@ -20,6 +20,7 @@ from rlbench.protocols import ReplayCapabilities, Sample
 RLBENCH_API = "1.1"  # the plugin API this plugin targets (docs/plugin-api-changelog.md)
 
 CAPABILITIES = ReplayCapabilities(prioritized=False, device="disk")
+OPTIONS = ("alpha", "seed", "directory", "frames")  # the factory's keywords beside capacity
 
 
 class MemmapReplayError(RlbenchError, ValueError):
@@ -30,7 +31,10 @@ class MemmapReplay:
     capabilities = CAPABILITIES
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, seed: int | None = None, directory: str | None = None,
-                 frames: int = 0, **_options):
+                 frames: int = 0, **options):
+        if options:  # refused, not ignored: a misspelt run option must fail
+            raise MemmapReplayError(f"replay memmap takes no option {', '.join(map(repr, sorted(options)))}; it takes "
+                                    f"{', '.join(OPTIONS)}")
         if frames:
             raise MemmapReplayError(f"replay memmap stores obs and next_obs whole on disk, not frames once "
                                     f"(frames={frames}): use --replay prioritized or uniform")

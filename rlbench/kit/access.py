@@ -85,6 +85,9 @@ def _serve(transport: str, transport_options: dict[str, Any], placement: str, re
 
 @dataclass
 class NodeUnderTest:
+    """What `replay_node` yields: the node's address and clients speaking to it as actor 0, as the learner
+    and as the launcher (`control`)."""
+
     address: str
     actor: Any  # ReplayClient speaking as actor 0
     learner: Any  # ReplayClient speaking as the learner
@@ -92,6 +95,7 @@ class NodeUnderTest:
     secret: bytes | None = field(default=None, repr=False)  # the node's (None: it runs without authentication)
 
     def report(self) -> dict[str, Any]:
+        """The node's own report (its STATS answer): counters and times, as a run's result holds them."""
         from rlbench.runtime.distributed import messages
         from rlbench.runtime.distributed.messages import Op
 
@@ -129,6 +133,10 @@ def replay_node(transport: str, *, transport_options: dict[str, Any] | None = No
                 fast_path: bool = True, rate_limit: tuple[float, int, float] = NEVER_LIMITED,
                 layout: dict[str, Any] | None = None, frames: int = 0,
                 cpus: Iterable[int] | None = None) -> Iterator[NodeUnderTest]:
+    """A real replay node of `transport` and replay memory `replay` serving in its own process, for
+    access benchmarks; yields a NodeUnderTest and stops the node on exit. The keywords set up what a
+    run's node has: its placement, capacity, batch size, authentication, rate limiter (`rate_limit`:
+    samples per insert, min size, error buffer), transition `layout`, `frames` and CPUs."""
     from rlbench.plugins import get_registry
     from rlbench.runtime.distributed import messages
     from rlbench.runtime.distributed.channel import Channel

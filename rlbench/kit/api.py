@@ -72,4 +72,5 @@ def deprecation(rule: str, *, target: str | None, since: str) -> tuple[str, bool
 
 
 def warn(message: str, *, stacklevel: int = 2) -> None:
+    """Issue a PluginAPIDeprecationWarning with `message`, attributed `stacklevel` frames above the caller."""
     warnings.warn(PluginAPIDeprecationWarning(message), stacklevel=stacklevel + 1)

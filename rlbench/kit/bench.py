@@ -68,6 +68,7 @@ def interleaved_medians(subjects: dict[str, Callable[[int], Any]], rounds: int, 
 
 
 def cartpole_batch(rng: Any, n: int) -> dict[str, Any]:
+    """`n` random transitions with CartPole's fields and dtypes (obs of 4 float32, a 0/1 action)."""
     import numpy as np
 
     return {
@@ -130,12 +131,14 @@ class CpprbPrioritized:
         return self._buffer.get_stored_size()
 
     def add(self, transitions: dict[str, Any], priorities: Any = None) -> None:
+        """Add a batch of transitions, with `priorities` when given."""
         if priorities is None:
             self._buffer.add(**transitions)
         else:
             self._buffer.add(priorities=priorities, **transitions)
 
     def sample(self, batch_size: int, beta: float) -> Any:
+        """Sample `batch_size` transitions with importance weights for `beta`, as a Sample."""
         from rlbench.protocols import Sample
 
         batch = self._buffer.sample(batch_size, beta)
@@ -143,6 +146,7 @@ class CpprbPrioritized:
         return Sample(indices, batch, weights)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set the priorities of the sampled `indices`."""
         self._buffer.update_priorities(indices, priorities)
 
 
@@ -303,6 +307,7 @@ class AtariStream:
         return int(max(10, self._rng.geometric(1.0 / self._mean_episode)))
 
     def take(self, n: int) -> dict[str, Any]:
+        """The stream's next `n` transitions (obs, action, reward, next_obs, done)."""
         import numpy as np
 
         stack = np.arange(ATARI_STACK)
@@ -372,12 +377,14 @@ class CpprbFrames:
         return segments
 
     def add_prepared(self, segments: list[tuple[dict[str, Any], bool]]) -> None:
+        """Add what `prepare` made: each segment's rows, ending the episode where it ended."""
         for fields, episode_ends in segments:
             self._buffer.add(**fields)
             if episode_ends:
                 self._buffer.on_episode_end()
 
     def sample(self, batch_size: int, beta: float = 0.4) -> Any:
+        """Sample `batch_size` transitions (with weights for `beta` when prioritized), as a Sample."""
         from rlbench.protocols import Sample
 
         batch = self._buffer.sample(batch_size, beta) if self._prioritized else self._buffer.sample(batch_size)
@@ -407,14 +414,17 @@ class Sb3Frames:
 
     @staticmethod
     def prepare(batch: dict[str, Any]) -> list[tuple]:
+        """A batch of transitions as the per-step arguments of the buffer's `add` (untimed)."""
         return [(batch["obs"][i:i + 1], batch["next_obs"][i:i + 1], batch["action"][i:i + 1], batch["reward"][i:i + 1],
                  batch["done"][i:i + 1].astype(bool), [{}]) for i in range(len(batch["done"]))]
 
     def add_prepared(self, steps: list[tuple]) -> None:
+        """Add what `prepare` made, one step at a time."""
         for step in steps:
             self._buffer.add(*step)
 
     def sample(self, batch_size: int, beta: float = 0.4) -> Any:
+        """Sample `batch_size` transitions (uniform: no indices or weights), as a Sample."""
         from rlbench.protocols import Sample
 
         data = self._buffer.sample(batch_size)

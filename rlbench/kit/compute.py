@@ -20,6 +20,7 @@ ACTIVATIONS = ("relu", "tanh", "identity")
 
 
 def check_activation(name: str) -> str:
+    """Return `name` if it is one of ACTIVATIONS; otherwise an RlbenchError with a did-you-mean."""
     if name not in ACTIVATIONS:
         close = difflib.get_close_matches(name, ACTIVATIONS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(ACTIVATIONS)}"

@@ -127,6 +127,7 @@ class FrameStore:
 
     @property
     def slots(self) -> int:
+        """How many frames the store has room for now (it grows when full)."""
         return self._store.slots
 
     @property
@@ -223,6 +224,8 @@ class FrameStore:
             raise ReplayError(f"cannot load the frames: {error}") from None
 
     def stats(self) -> dict[str, Any]:
+        """JSON-able counters: frames held and their bytes, slots, frames written and shared, fingerprint
+        collisions."""
         store = self._store
         return {"frame_shape": list(self.frame_shape), "frame_dtype": self.dtype.name, "frames_held": store.live,
                 "frame_bytes": store.live * self.frame_bytes, "frame_slots": store.slots,

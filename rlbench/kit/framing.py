@@ -111,6 +111,7 @@ class RequestReply:
     _address = ""
 
     def request(self, *parts: Any, timeout: float | None = None) -> memoryview:
+        """Send `parts`, then return the reply; TimeoutError when none came within `timeout` seconds."""
         self.send(*parts)  # type: ignore[attr-defined]
         reply = self.recv(timeout)  # type: ignore[attr-defined]
         if reply is None:
@@ -119,6 +120,7 @@ class RequestReply:
 
 
 def check_size(total: int, limit: int, transport: str) -> None:
+    """Raise MessageTooLargeError when a message of `total` bytes is over `limit` (a send's own check)."""
     if total > limit:
         raise MessageTooLargeError(
             f"{transport}: message of {total} bytes exceeds max_message_bytes={limit}; split it or raise the limit")
@@ -144,6 +146,8 @@ def split_address(address: str, scheme: str) -> str:
 
 
 def host_port(address: str, scheme: str) -> tuple[str, int]:
+    """'SCHEME://HOST:PORT' -> (host, port): brackets around an IPv6 host removed, an empty host 127.0.0.1;
+    AddressError when there is no numeric port."""
     rest = split_address(address, scheme)
     host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit():
@@ -152,6 +156,7 @@ def host_port(address: str, scheme: str) -> tuple[str, int]:
 
 
 def new_stats(**extra: int) -> dict[str, int]:
+    """A connection's counters (messages and bytes sent and received, `lost`), zero, plus `extra`."""
     stats = {"messages_sent": 0, "messages_received": 0, "bytes_sent": 0, "bytes_received": 0, "lost": 0}
     stats.update(extra)
     return stats
@@ -166,6 +171,7 @@ PEER_FAULTS = ("refused_oversize", "malformed", "slow_consumers", "dropped_peers
 
 
 def listener_stats(**extra: int) -> dict[str, int]:
+    """A listener's counters: new_stats' plus PEER_FAULTS, zero, plus `extra`."""
     return new_stats(**dict.fromkeys(PEER_FAULTS, 0), **extra)
 
 
@@ -176,6 +182,7 @@ def not_connected(transport: str, peer: int, address: str) -> TransportClosedErr
 
 
 def listener_closed(transport: str, address: str) -> TransportClosedError:
+    """The TransportClosedError that `recv` and `send` on a closed listener raise."""
     return TransportClosedError(f"{transport} listener {address} is closed")
 
 
@@ -219,6 +226,8 @@ class Outbox:
         return len(self.messages)
 
     def admits(self, nbytes: int, limit: int) -> bool:
+        """Whether a message of `nbytes` fits under `limit` with what is queued (each message also
+        counting MESSAGE_OVERHEAD_BYTES); an empty outbox always takes one."""
         return not self.messages or self.queued + (len(self.messages) + 1) * MESSAGE_OVERHEAD_BYTES + nbytes <= limit
 
     def push(self, message: Any) -> None:

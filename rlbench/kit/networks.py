@@ -36,6 +36,9 @@ SMALL_BOARD = 36  # an image at most this high and wide gets MinAtar's network (
 
 @dataclass(frozen=True)
 class ConvNetSpec:
+    """A convolutional Q-network as data: convolutions, then ReLU dense layers, then `n_outputs`; its
+    weights are in `weight_shapes()` order. Refuses (RlbenchError) a network whose convolutions leave no output."""
+
     input_shape: tuple[int, int, int]  # (channels, height, width): channels first, as torch convolves
     convs: tuple[tuple[int, int, int], ...]  # (out channels, kernel, stride) per layer
     hidden: tuple[int, ...]  # widths of the ReLU fully connected layers after the convolutions
@@ -55,6 +58,7 @@ class ConvNetSpec:
                                f"its convolutions {list(self.convs)}")
 
     def conv_output_hw(self) -> tuple[int, int]:
+        """(height, width) of the last convolution's output."""
         height, width = self.input_shape[1], self.input_shape[2]
         for _, kernel, stride in self.convs:
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
@@ -67,6 +71,8 @@ class ConvNetSpec:
         return self.convs[-1][0] * height * width
 
     def weight_shapes(self) -> list[tuple[int, ...]]:
+        """The shapes of its weights in order: each convolution's (out, in, k, k) and (out,), then each
+        dense layer's (in, out) and (out,)."""
         shapes: list[tuple[int, ...]] = []
         channels = self.input_shape[0]
         for out, kernel, _ in self.convs:
@@ -78,6 +84,7 @@ class ConvNetSpec:
         return shapes
 
     def parameters(self) -> int:
+        """How many numbers its weights hold."""
         return sum(int(np.prod(shape)) for shape in self.weight_shapes())
 
     def multiply_adds(self) -> int:
@@ -94,6 +101,7 @@ class ConvNetSpec:
 
 
 def nature_cnn(input_shape: Sequence[int], n_outputs: int, input_dtype: str = "uint8") -> ConvNetSpec:
+    """The Nature DQN network (Mnih et al. 2015) for frames of `input_shape`: uint8 pixels scaled to [0, 1]."""
     # uint8 pixels scaled to [0, 1], as CleanRL's dqn_atari divides by 255
     return ConvNetSpec(tuple(int(n) for n in input_shape), NATURE_CONVS, NATURE_HIDDEN, int(n_outputs),
                        input_dtype=input_dtype, scale=1.0 / 255.0 if input_dtype == "uint8" else 1.0,
@@ -101,6 +109,8 @@ def nature_cnn(input_shape: Sequence[int], n_outputs: int, input_dtype: str = "u
 
 
 def minatar_cnn(input_shape: Sequence[int], n_outputs: int, input_dtype: str = "uint8") -> ConvNetSpec:
+    """MinAtar's network (Young and Tian 2019): one 3x3 convolution of 16, 128 hidden; boards taken as
+    they are (0/1)."""
     # MinAtar's boards are 0/1 already
     return ConvNetSpec(tuple(int(n) for n in input_shape), MINATAR_CONVS, MINATAR_HIDDEN, int(n_outputs),
                        input_dtype=input_dtype, scale=1.0, name="minatar-cnn")

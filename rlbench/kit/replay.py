@@ -39,6 +39,8 @@ def dtype_name(array: Any) -> str:
 
 @dataclass(frozen=True)
 class FieldLayout:
+    """One stored field: its dtype name and the shape of one row."""
+
     dtype: str
     shape: tuple[int, ...]  # trailing shape: one row
 
@@ -48,6 +50,7 @@ class FieldLayout:
         return int(np.dtype(self.dtype).itemsize * np.prod(self.shape, dtype=np.int64))
 
     def describe(self) -> str:
+        """The field in words, for refusals: 'float32 rows of shape [4]'."""
         return f"{self.dtype} rows of shape {list(self.shape)}"
 
 
@@ -112,9 +115,11 @@ class TransitionLayout:
         return rows, int(n)
 
     def row_bytes(self) -> int:
+        """The bytes one transition takes, over every field."""
         return sum(f.nbytes for f in self.fields.values())
 
     def describe(self) -> dict[str, str]:
+        """Field name -> 'dtype[shape]' (a row's), for stats and messages."""
         return {name: f"{f.dtype}{list(f.shape)}" for name, f in self.fields.items()}
 
 

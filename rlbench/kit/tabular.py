@@ -48,6 +48,7 @@ def check_rule(rule: str) -> bool:
 
 
 def check_step_sizes(alpha: float, gamma: float) -> None:
+    """Refuse (TabularInputError) an alpha outside (0, 1] or a gamma outside [0, 1]."""
     if not 0.0 < alpha <= 1.0:
         raise TabularInputError(f"alpha must be in (0, 1], got {alpha!r}")
     if not 0.0 <= gamma <= 1.0:
@@ -65,6 +66,8 @@ def _indices(batch: Mapping[str, Any], key: str, n: int) -> np.ndarray:
 
 
 def prepare_batch(batch: Mapping[str, Any], rule: str) -> TdBatch:
+    """Check a batch of transitions for `rule` (qlearning or sarsa: sarsa also needs next_action) and
+    return it as a TdBatch; TabularInputError naming the first bad field."""
     sarsa = check_rule(rule)
     needed = ("obs", "action", "reward", "next_obs", "done") + (("next_action",) if sarsa else ())
     missing = [key for key in needed if key not in batch]

@@ -166,6 +166,8 @@ def _refuses(load: Callable[[], None], what: str) -> None:
 
 
 def check_inference(backend: Any, rng: np.random.Generator, *, rtol: float, atol: float) -> None:
+    """`mlp_inference` of `backend` against the float64 reference on every MLP_CASES network and batch
+    size, within `rtol`/`atol`; an unknown activation must be refused."""
     for sizes, hidden, output in MLP_CASES:
         what = f"MLP {list(sizes)} {hidden}/{output}"
         try:
@@ -287,6 +289,8 @@ def reference_cnn(network: ConvNetSpec, weights: Sequence[np.ndarray], x: np.nda
 
 
 def check_cnn_inference(backend: Any, rng: np.random.Generator, *, rtol: float, atol: float) -> None:
+    """`cnn_inference` of `backend` against the float64 reference on every CNN_CASES network and batch
+    size, within `rtol`/`atol`."""
     assert hasattr(backend, "cnn_inference"), "the capabilities list \"cnn\" in networks, but there is no cnn_inference"
     for network in CNN_CASES:
         what = f"{network.name} on {network.input_shape}"

@@ -22,3 +22,13 @@ def test_image_observations_are_stored_whole_and_frames_once_is_refused(tmp_path
                                                                            stacks[sample.indices])
     with pytest.raises(RlbenchError, match="not frames once.*use --replay prioritized or uniform"):
         MemmapReplay(16, directory=str(tmp_path), frames=4)
+
+
+def test_an_unknown_option_is_refused_naming_it_and_the_accepted_ones(tmp_path):
+    import pytest
+
+    from rlbench.errors import RlbenchError
+
+    with pytest.raises(RlbenchError, match=r"takes no option 'directroy'; it takes alpha, seed, directory, frames"):
+        MemmapReplay(16, seed=0, directroy=str(tmp_path))
+    assert len(MemmapReplay(16, alpha=0.6, seed=0, directory=str(tmp_path))) == 0  # the accepted ones still work
