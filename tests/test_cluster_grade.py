@@ -163,3 +163,23 @@ def test_actor_restarts_are_refused_where_there_are_no_actor_processes():
         check(RunConfig(actor_restarts=1), get_registry())
     with pytest.raises(RlbenchError, match="--actor-restarts must be at least 0"):
         check(short(actor_restarts=-1), get_registry())
+
+
+# ------------------------------------------------------------------- where a replacement actor goes
+def test_a_replacement_actor_goes_where_place_puts_actors_on_a_node_with_a_cpu_free():
+    """Issue #41 item 4: --place actors= holds for a replacement (it went to the node with the most CPUs
+    free, the replay node's host, while the named host was alive), but never onto a full node, where Ray
+    would not start it; the dead actor's node comes last among equals."""
+    from rlbench.cluster.ray import Node
+    from rlbench.runtime.launchers.ray import ROLE_CPUS, replacement_node
+
+    def node(name: str, cpus: float) -> Node:
+        return Node(name, f"10.0.0.{len(name)}", name, {"CPU": cpus}, {})
+
+    replay_host, named, other = node("replay", 8.0), node("actors", 2.0), node("spare", 4.0)
+    nodes = [replay_host, named, other]
+    assert replacement_node(nodes, {"actors": 1.0}, {"actors"}, dead="actors") is named  # its own slot freed
+    assert replacement_node(nodes, {"actors": 1.0}, set(), dead="actors") is replay_host  # nothing named: most free
+    full = {"actors": 2.0 * ROLE_CPUS}
+    assert replacement_node(nodes, full, {"actors"}, dead=None) is replay_host  # named but full: a CPU free first
+    assert replacement_node([named, other], {}, {"actors", "spare"}, dead="actors") is other  # not the dead one's

@@ -279,33 +279,6 @@ def test_an_actor_replaced_in_a_placement_group_goes_into_the_dead_actors_bundle
     assert roles["actor-2"]["produced"] > 0 and result["accounting"]["balanced"]
 
 
-def test_an_actor_replaced_without_a_placement_group_goes_where_place_puts_the_actors(cluster):
-    """--place actors=NODE holds for a replacement too (it went to the node with the most CPUs free)."""
-    import ray
-
-    killed: list[str] = []
-
-    def kill_actor_0() -> None:
-        _replay_address(ray, deadline=time.monotonic() + 90)
-        for actor in ray.util.list_named_actors(all_namespaces=True):
-            if actor["name"].startswith("rlbench-") and actor["name"].endswith("-actor-0"):
-                ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
-                killed.append(actor["name"])
-
-    killer = threading.Thread(target=kill_actor_0)
-    killer.start()
-    try:
-        result = run(ray_config(cluster, steps=3000, actor_restarts=1, place={"actors": "rlb_b", "replay": "rlb_a"}))
-    finally:
-        killer.join(120)
-    assert killed, "actor-0 was never seen running"
-    assert result["status"] == "complete", result["status_reason"]
-    roles = result["loop"]["roles"]
-    assert [i["replaced_by"] for i in result["loop"]["actor_incarnations"]] == ["actor-2"]
-    assert roles["actor-2"]["node"] == roles["actor-1"]["node"] == roles["actor-0"]["node"] != roles["replay"]["node"]
-    assert roles["actor-2"]["produced"] > 0 and result["accounting"]["balanced"]
-
-
 def test_a_run_stopped_by_a_second_ctrl_c_still_removes_its_placement_group(cluster, monkeypatch):
     import os
     import signal

@@ -422,6 +422,17 @@ class RayRole:
             pass
 
 
+def replacement_node(nodes: list[Node], used: dict[str, float], named: set[str], dead: str | None) -> Node:
+    """Where a replacement actor goes among `nodes` (alive; `used`: CPUs their running roles hold, by
+    node id): a CPU free first (Ray would never start it on a full node), then a node `named` by
+    --place for actors, then not the dead actor's node (its process may have died with a node Ray has
+    not noticed yet), then the most CPUs free."""
+    def free(node: Node) -> float:
+        return node.cpus - used.get(node.node_id, 0.0)
+
+    return max(nodes, key=lambda n: (free(n) >= ROLE_CPUS, n.node_id in named, n.node_id != dead, free(n)))
+
+
 # ---------------------------------------------------------------------------------- the launcher
 @dataclass
 class RayLauncher:
@@ -540,10 +551,7 @@ class RayLauncher:
         for role_name_, role in self.roles.items():
             if role.outcome is None and role_name_ != self.last_failed:
                 used[role.node.node_id] = used.get(role.node.node_id, 0.0) + ROLE_CPUS
-        # a CPU free first (Ray would never start it on a full node), then a node --place names for actors,
-        # then not the dead actor's (its process may have died with a node Ray has not noticed yet)
-        node = max(nodes, key=lambda n: (n.cpus - used.get(n.node_id, 0.0) >= ROLE_CPUS, n.node_id in named,
-                                         dead is None or n.node_id != dead.node_id, n.cpus - used.get(n.node_id, 0.0)))
+        node = replacement_node(nodes, used, named, dead.node_id if dead is not None else None)
         role = self.roles[name] = _role_actor(self.ray, self.run_tag, name, node, Demand())
         self.placement[name] = node
         return role
