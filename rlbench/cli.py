@@ -11,7 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from rlbench.errors import RlbenchError
+from rlbench.errors import RlbenchError, SignalInterrupt
 from rlbench.protocols import KINDS, LAUNCHERS, PLACEMENTS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -396,12 +396,30 @@ def _attach_commands() -> None:
 _attach_commands()
 
 
+def _stop_at_once(signum: int, frame: Any) -> None:
+    raise SignalInterrupt(signum, "stopped at once")
+
+
 def main() -> None:
+    # Outside a run's own window (rlbench.runner: the first signal stops a run in order), SIGTERM and
+    # SIGHUP interrupt at once and exit 128 + N like Ctrl-C's 130, never by the default action: a
+    # second SIGTERM that landed just after a run had stopped killed the process as it wrote the result
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_at_once)
+    try:
+        _main()
+    finally:
+        # the interpreter's shutdown puts the default actions back: a signal then would kill the process
+        # (exit -15) after its work is done; it exits with the status it chose instead
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+
+
+def _main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="rlbench")
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
-        # click hands a KeyboardInterrupt on as Abort; a second stop signal during a run is a
-        # runner.SignalInterrupt, which carries its number (143 for SIGTERM, as when the first stops it)
+        # click hands a KeyboardInterrupt on as Abort; a second stop signal during a run (or one outside
+        # a run) is an errors.SignalInterrupt, which carries its number (143 for SIGTERM)
         interrupt = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
         click.echo(str(interrupt or "") or "interrupted", err=True)
         sys.exit(128 + getattr(interrupt, "signum", signal.SIGINT))

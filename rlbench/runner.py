@@ -22,30 +22,12 @@ from rlbench.plugins import call_hook_safely, get_registry
 from rlbench.registry import Registry
 from rlbench.results import SCHEMA, check_writable, write
 from rlbench.metrics import Recorder, bookkeeping_share
-from rlbench.errors import RlbenchError
+from rlbench.errors import STOP_SIGNALS, RlbenchError, SignalInterrupt
 from rlbench.runtime.context import Accounting, Budget, LearningCurve, LoopStats, PeriodicEvaluation, RunContext
 from rlbench.version import __version__
 from rlbench.validate import Plan, validate, validate_hyperparameters, validate_messages, validate_policy
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never reuse training seeds
-
-
-STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM",
-                signal.SIGHUP: "stopped by SIGHUP"}  # schedulers (Slurm, Kubernetes, Ray) stop jobs with SIGTERM
-
-
-class SignalInterrupt(KeyboardInterrupt):
-    """A second stop signal: the run is interrupted at once, and `rlbench run` exits 128 + `signum`
-    (143 for SIGTERM), as it does when the first one stops the run in order. Also raised after a
-    run of a series that a first signal stopped (`stop_series_if_signalled`), with that `why`."""
-
-    def __init__(self, signum: int, why: str = "a second time: stopped at once") -> None:
-        super().__init__(signum)
-        self.signum = signum
-        self.why = why
-
-    def __str__(self) -> str:
-        return f"{STOP_SIGNALS[self.signum]}, {self.why}"
 
 
 def stop_series_if_signalled(result: dict[str, Any]) -> dict[str, Any]:

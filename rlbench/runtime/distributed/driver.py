@@ -192,7 +192,7 @@ def run_distributed(config: Any, plan: Any, hp: Any, budget: Budget,
                 stop_reason = stop_reason or _lost_node(launcher, nodes[shard], exc)
     except RoleFailedError as exc:
         stop_reason = one_line(exc)
-    except KeyboardInterrupt:  # a second stop signal (runner.SignalInterrupt): at once, no grace for the roles
+    except KeyboardInterrupt:  # a second stop signal (errors.SignalInterrupt): at once, no grace for the roles
         at_once = True
         raise
     finally:
