@@ -178,16 +178,10 @@ class StepsCopiesBeforeCheckingThem(Walk):
         return terminated.astype(np.float32), terminated, ~terminated & (self.t >= self.LIMIT)
 
 
-class StepsCopiesFromTheLastBeforeCheckingThem(Walk):
+class StepsCopiesFromTheLastBeforeCheckingThem(StepsCopiesBeforeCheckingThem):
     """Moves its copies from the last to the first, checking each one's action as it reaches it: a bad
     action in the last row is refused before anything moved, one in an earlier row after the copies
     behind it moved (issue #42 item 5: the kit put bad values in the last row only)."""
-
-    def checked(self, actions):
-        actions = np.asarray(actions)
-        if actions.shape != (self.spec.num_envs,):
-            raise ValueError(f"walk: expected {self.spec.num_envs} actions")
-        return actions
 
     def move(self, actions):
         for row in reversed(range(len(actions))):
